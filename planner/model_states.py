@@ -1,0 +1,219 @@
+"""Model states on one GPU: weights, gradients, optimizer states and their buffers.
+
+Parameters are first split by tensor, pipeline and expert parallelism (what one
+rank owns), then ZeRO shards them over the data-parallel ranks (DOMAIN.md §4):
+ZeRO-1 the optimizer states, ZeRO-2 also the gradients, ZeRO-3 also the weights.
+Functions take numpy arrays for the parallel sizes and return bytes per GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.model_spec import ModelSpec
+from planner.recipes import ADAM8BIT_BLOCK, OptimizerKind, PrecisionRecipe
+from planner.training import LoraSpec
+
+OFFLOAD_CODES = {'none': 0, 'optimizer': 1, 'params': 2}
+# DeepSpeed buckets as Hugging Face's "auto" sizes them: h² elements each.
+ZERO_BUCKET_ELEMENTS_PER_H2 = 1.0
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one rank of a pipeline stage owns, in elements (arrays).
+
+    ``dense`` is sharded by ZeRO over dp·cp, ``expert`` over dp·cp/ep.
+    ``matmul`` is the part that autocast casts (weights of linear layers).
+    ``trainable`` excludes a frozen base under LoRA.
+    """
+
+    dense: np.ndarray
+    expert: np.ndarray
+    matmul: np.ndarray
+    trainable_dense: np.ndarray
+    trainable_expert: np.ndarray
+    largest_gathered: np.ndarray  # the biggest unit ZeRO-3 gathers at once
+    layer: np.ndarray  # one transformer layer, the unit prefetched next
+
+
+def _attention_split(m: ModelSpec) -> tuple[int, int]:
+    """(TP-sharded, replicated) elements of one layer's attention block and norms."""
+    h, q, kv = m.hidden_size, m.q_size, m.kv_size
+    attn_sharded = 2 * h * q + 2 * h * kv + ((q + 2 * kv) if m.qkv_bias else 0)
+    replicated = m.norms_per_layer * m.norm_params() + (h if m.attn_out_bias else 0)
+    replicated += 2 * m.head_dim if m.qk_norm else 0
+    return attn_sharded, replicated
+
+
+def _mlp_split(m: ModelSpec, f: int) -> tuple[int, int]:
+    """(TP-sharded, replicated) elements of one dense MLP of width f."""
+    h = m.hidden_size
+    n_in = 2 if m.gated_mlp else 1
+    sharded = (n_in + 1) * h * f + (n_in * f if m.mlp_bias else 0)
+    return sharded, (h if m.mlp_bias else 0)
+
+
+def lora_params(m: ModelSpec, lora: LoraSpec) -> int:
+    """Adapter elements over all layers: r·(in + out) per adapted projection."""
+    h, q, kv = m.hidden_size, m.q_size, m.kv_size
+    f = m.ffn_size
+    shapes = {'q': (h, q), 'k': (h, kv), 'v': (h, kv), 'o': (q, h),
+              'gate': (h, f), 'up': (h, f), 'down': (f, h)}
+    per_layer = sum(lora.rank * sum(shapes[name]) for name in lora.targets
+                    if name != 'gate' or m.gated_mlp)
+    return m.num_layers * per_layer
+
+
+def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> StageParams:
+    """Elements owned by one rank of the first or last pipeline stage.
+
+    The most loaded stage has ceil(L/pp) layers. The first stage adds the input
+    embedding, the last the final norm and the output head; with pp == 1 both are
+    the same rank. Tied embeddings need a copy of the embedding on the last stage
+    when it differs from the first (Megatron does the same).
+    """
+    pp = np.asarray(pp)
+    layers = np.ceil(m.num_layers / pp)
+    moe_layers = np.minimum(layers, m.moe_layers)
+    dense_layers = layers - moe_layers
+    attn_sh, attn_rep = _attention_split(m)
+    mlp_sh, mlp_rep = _mlp_split(m, m.ffn_size)
+    dense = dense_layers * ((attn_sh + mlp_sh) / t + attn_rep + mlp_rep)
+    matmul = dense_layers * (2 * m.hidden_size * (m.q_size + m.kv_size)
+                             + (3 if m.gated_mlp else 2) * m.hidden_size * m.ffn_size) / t
+    expert = np.zeros_like(dense)
+    if m.moe is not None:
+        e_sh, e_rep = _mlp_split(m, m.moe.expert_ffn_size)
+        s_sh, s_rep = _mlp_split(m, m.moe.shared_ffn_size or m.moe.expert_ffn_size)
+        shared = m.moe.shared_experts * (s_sh / t + s_rep)
+        router = m.hidden_size * m.moe.num_experts
+        dense = dense + moe_layers * (attn_sh / t + attn_rep + shared + router)
+        expert = moe_layers * m.moe.num_experts / ep * (e_sh / t + e_rep)
+        matmul = matmul + moe_layers * (2 * m.hidden_size * (m.q_size + m.kv_size) / t
+                                        + m.moe.num_experts / ep * e_sh / t + shared)
+    vocab = m.vocab_size * m.hidden_size / t
+    positions = m.max_position_embeddings * m.hidden_size if m.position_embedding == 'learned' \
+        else 0
+    first = stage == 'first'
+    last = (stage == 'last') | (pp == 1)
+    # The head's weight is the embedding when tied and on the same rank.
+    head = np.where(m.tied_embeddings & (pp == 1), 0.0, vocab)
+    embed_part = np.where(first | (pp == 1), vocab + positions, 0.0)
+    head_part = np.where(last, head + m.norm_params(), 0.0)
+    dense = dense + embed_part + head_part
+    matmul = matmul + np.where(last, vocab, 0.0)  # the head is a matmul, tied or not
+    if lora is None:
+        trainable_dense, trainable_expert = dense, expert
+    else:
+        adapters = lora_params(m, lora) * layers / m.num_layers / t
+        trainable_dense, trainable_expert = adapters, np.zeros_like(expert)
+    per_layer = (attn_sh + mlp_sh) / t + attn_rep + mlp_rep
+    if m.moe is not None:
+        per_layer = np.maximum(per_layer, attn_sh / t + attn_rep
+                               + m.moe.num_experts / ep * (e_sh / t + e_rep) + shared + router)
+    largest = np.maximum(per_layer, np.maximum(embed_part, head_part))
+    return StageParams(dense=np.asarray(dense, float), expert=np.asarray(expert, float),
+                       matmul=np.asarray(matmul, float),
+                       trainable_dense=np.asarray(trainable_dense, float),
+                       trainable_expert=np.asarray(trainable_expert, float),
+                       largest_gathered=np.asarray(largest, float),
+                       layer=np.asarray(per_layer, float))
+
+
+def _optimizer_bytes_per_param(opt: OptimizerKind, r: PrecisionRecipe) -> float:
+    """Master copy + states per trainable element (8-bit block scales included)."""
+    if opt.state_bytes_override:
+        state = opt.state_bytes_override + 4.0 / ADAM8BIT_BLOCK
+    else:
+        state = r.state_bytes
+    return r.master_bytes + opt.states * state
+
+
+@dataclass(frozen=True)
+class ModelStateBytes:
+    """Bytes per GPU of the persistent and step-time model states (arrays)."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer_states: np.ndarray
+    optimizer_step_temp: np.ndarray
+    ddp_buckets: np.ndarray
+    zero_buckets: np.ndarray
+    zero3_gathered: np.ndarray
+    zero3_gathered_grad: np.ndarray
+    autocast_copies: np.ndarray
+
+
+def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
+                      params: StageParams, dp, cp, ep, zero, offload, framework: str,
+                      foreach: bool, lora: LoraSpec | None,
+                      prefetch_layers: int) -> ModelStateBytes:
+    """Weights, gradients and optimizer states of one rank after ZeRO sharding."""
+    shard = np.asarray(dp * cp, float)  # Megatron and FSDP shard over dp x cp
+    shard_e = np.maximum(shard / ep, 1.0)
+    zero = np.asarray(zero)
+    offload = np.asarray(offload)
+
+    def sharded(dense, expert, on):
+        return np.where(on, dense / shard + expert / shard_e, dense + expert)
+
+    if lora is not None:
+        base_bytes = lora.base_bits / 8 + (0.0159 if lora.base_bits == 4 else 0.0)
+        frozen = params.dense + params.expert
+        weights = base_bytes * params.matmul + r.weight_bytes * (frozen - params.matmul)
+        weights = weights + r.weight_bytes * params.trainable_dense
+        weights = np.where(zero == 3, weights / shard, weights)
+    else:
+        weights = r.weight_bytes * sharded(params.dense, params.expert, zero == 3)
+    weights = weights + r.fp8_weight_bytes * params.matmul
+    weights = np.where(offload == 2, 0.0, weights)
+
+    train_d, train_e = params.trainable_dense, params.trainable_expert
+    gradients = r.grad_bytes * sharded(train_d, train_e, zero >= 2)
+    # Offloading the optimizer moves the gradient partition to the CPU too (ZeRO-Offload).
+    gradients = np.where((offload >= 1) & (zero >= 2), 0.0, gradients)
+    per_param = _optimizer_bytes_per_param(opt, r)
+    if opt.factored:
+        per_param = r.master_bytes + 4.0 * _factored_fraction(m)
+    opt_states = per_param * sharded(train_d, train_e, zero >= 1)
+    opt_states = np.where(offload >= 1, 0.0, opt_states)
+
+    temp_elems = sharded(train_d, train_e, zero >= 1)
+    if foreach and not r.fused_optimizer and opt.foreach_temp_states:
+        temp = opt.foreach_temp_states * r.state_bytes * temp_elems
+    else:
+        temp = np.zeros_like(temp_elems)
+    temp = np.where(offload >= 1, 0.0, temp)
+
+    multi = shard > 1
+    train_total = train_d + train_e
+    ddp = np.where(multi & (zero == 0) & (framework == 'hf'), r.grad_bytes * train_total, 0.0)
+    bucket = ZERO_BUCKET_ELEMENTS_PER_H2 * m.hidden_size ** 2
+    zero_b = np.where(multi & (zero >= 1) & (framework == 'hf'),
+                      np.minimum(bucket, train_total) * (r.grad_bytes + r.weight_bytes), 0.0)
+    # ZeRO-3 gathers the unit in use (the largest: often the embedding) while the next
+    # layers are prefetched; backward also holds that unit's unsharded gradient.
+    gathering = (zero == 3) & multi
+    gathered_w = np.where(gathering, (params.largest_gathered + prefetch_layers * params.layer)
+                          * r.weight_bytes, 0.0)
+    gathered_g = np.where(gathering, params.largest_gathered * r.grad_bytes, 0.0)
+    autocast = r.act_bytes * params.matmul if (r.autocast and lora is None) else \
+        np.zeros_like(params.matmul)
+    return ModelStateBytes(weights=weights, gradients=gradients, optimizer_states=opt_states,
+                           optimizer_step_temp=temp, ddp_buckets=ddp, zero_buckets=zero_b,
+                           zero3_gathered=gathered_w, zero3_gathered_grad=gathered_g,
+                           autocast_copies=np.asarray(autocast, float))
+
+
+def _factored_fraction(m: ModelSpec) -> float:
+    """Adafactor state elements per parameter: rows + cols per matrix, full vectors."""
+    h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.ffn_size
+    mats = [(h, q), (h, kv), (h, kv), (q, h)] + [(h, f)] * (3 if m.gated_mlp else 2)
+    stats = sum(a + b for a, b in mats) + m.norms_per_layer * m.norm_params()
+    per_layer = m.layer_params()
+    emb = m.vocab_size + m.hidden_size
+    return (m.num_layers * stats + emb * (1 if m.tied_embeddings else 2)) / \
+        (m.num_layers * per_layer + m.embedding_params() + m.head_params())

@@ -1,0 +1,111 @@
+"""Precision recipes and optimizers: how many bytes each parameter costs.
+
+A recipe says in which dtype the weights, gradients, master weights and
+activations live (DOMAIN.md §3). An optimizer says how many state elements it
+keeps per parameter and whether its step allocates parameter-sized temporaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PrecisionRecipe:
+    """Where each tensor lives, in bytes per element.
+
+    Attributes:
+        key: the name the user types.
+        weight_bytes: the parameters the model computes with.
+        grad_bytes: the gradient buffer the backward writes into.
+        master_bytes: an fp32 master copy kept by the optimizer (0 when the weights
+            are themselves the master).
+        state_bytes: one optimizer-state element (Adam's m or v).
+        act_bytes: one activation element between matmuls.
+        residual_bytes: the residual stream (fp32 under autocast, since the
+            embedding output is fp32 and fp32 + bf16 promotes to fp32).
+        autocast: torch.autocast casts weights to ``act_bytes`` per forward; the
+            casts are saved for backward (DOMAIN.md §3, autocast transient).
+        fp8_weight_bytes: an extra fp8 copy of the matmul weights (Transformer Engine).
+        fused_optimizer: the framework's fused optimizer kernel runs without
+            parameter-sized temporaries (Megatron/DeepSpeed/apex); torch.optim's
+            foreach path does not.
+        compute_dtype: the dtype whose peak FLOP/s applies.
+        description: in words.
+    """
+
+    key: str
+    weight_bytes: int
+    grad_bytes: int
+    master_bytes: int
+    state_bytes: int
+    act_bytes: int
+    residual_bytes: int
+    autocast: bool
+    fused_optimizer: bool
+    compute_dtype: str
+    description: str
+    fp8_weight_bytes: int = 0
+
+
+RECIPES: dict[str, PrecisionRecipe] = {r.key: r for r in (
+    PrecisionRecipe('fp32', 4, 4, 0, 4, 4, 4, False, False, 'fp32',
+                    'everything in fp32, as plain PyTorch (16 B/param with Adam)'),
+    PrecisionRecipe('tf32', 4, 4, 0, 4, 4, 4, False, False, 'tf32',
+                    'fp32 tensors, matmuls on TF32 tensor cores'),
+    PrecisionRecipe('amp-bf16', 4, 4, 0, 4, 2, 4, True, False, 'bf16',
+                    'torch.autocast(bf16) over fp32 parameters (HF Trainer --bf16)'),
+    PrecisionRecipe('amp-fp16', 4, 4, 0, 4, 2, 4, True, False, 'fp16',
+                    'torch.autocast(fp16) over fp32 parameters with a GradScaler'),
+    PrecisionRecipe('bf16-mixed', 2, 4, 4, 4, 2, 2, False, True, 'bf16',
+                    'Megatron/DeepSpeed: bf16 weights, fp32 grads and master (18 B/param)'),
+    PrecisionRecipe('fp16-mixed', 2, 2, 4, 4, 2, 2, False, True, 'fp16',
+                    'ZeRO paper mixed precision: fp16 weights and grads, fp32 master + Adam '
+                    '(16 B/param, K=12)'),
+    PrecisionRecipe('bf16', 2, 2, 0, 2, 2, 2, False, False, 'bf16',
+                    'pure bf16: weights, grads and optimizer states in bf16 (8 B/param)'),
+    PrecisionRecipe('fp8', 2, 4, 4, 4, 2, 2, False, True, 'fp8',
+                    'Transformer Engine fp8 matmuls over bf16-mixed (18 B/param + fp8 '
+                    'weight copies)', fp8_weight_bytes=1),
+)}
+
+
+@dataclass(frozen=True)
+class OptimizerKind:
+    """An optimizer's memory.
+
+    Attributes:
+        key: the name the user types.
+        states: state tensors per parameter (Adam: m and v).
+        state_bytes_override: a fixed element size (8-bit Adam: 1), else the
+            recipe's ``state_bytes``.
+        factored: Adafactor keeps row and column statistics of each matrix
+            instead of a full second moment.
+        foreach_temp_states: parameter-sized temporaries of torch's foreach
+            step, in state elements (AdamW: the sqrt of v).
+        min_quantized_numel: tensors smaller than this keep 32-bit states
+            (bitsandbytes ``min_8bit_size``).
+    """
+
+    key: str
+    states: int
+    description: str
+    state_bytes_override: int = 0
+    factored: bool = False
+    foreach_temp_states: int = 0
+    min_quantized_numel: int = 0
+
+
+OPTIMIZERS: dict[str, OptimizerKind] = {o.key: o for o in (
+    OptimizerKind('adamw', 2, 'AdamW: first and second moments', foreach_temp_states=1),
+    OptimizerKind('adam', 2, 'Adam: first and second moments', foreach_temp_states=1),
+    OptimizerKind('adamw-8bit', 2, 'bitsandbytes 8-bit AdamW: block-quantised moments',
+                  state_bytes_override=1, min_quantized_numel=4096),
+    OptimizerKind('sgd-momentum', 1, 'SGD with momentum: one buffer'),
+    OptimizerKind('sgd', 0, 'plain SGD: no state'),
+    OptimizerKind('adafactor', 1, 'Adafactor without first moment: factored second moment',
+                  factored=True),
+)}
+
+# bitsandbytes stores one fp32 absmax per block of 256 elements per quantised state.
+ADAM8BIT_BLOCK = 256

@@ -1,0 +1,57 @@
+"""The user's own configuration: a TOML file in the platformdirs config folder.
+
+``user.toml`` may hold ``[gpus.<key>]`` and ``[models.<key>]`` tables that add to
+or override the built-in catalogs, with the same fields as ``resources/gpus.toml``
+and ``resources/models.toml``. ``BATCHFIT_CONFIG_DIR`` moves the folder (tests and
+portable installs use it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from planner.errors import InputError
+from planner.toml_compat import tomllib
+
+APP_NAME = 'batchfit'
+USER_TOML = 'user.toml'
+
+
+def config_dir() -> Path:
+    """Folder for the user's settings and catalog additions."""
+    override = os.environ.get('BATCHFIT_CONFIG_DIR')
+    return Path(override) if override else Path(platformdirs.user_config_dir(APP_NAME))
+
+
+def data_dir() -> Path:
+    """Folder for calibration profiles and other data batchfit writes."""
+    override = os.environ.get('BATCHFIT_DATA_DIR')
+    return Path(override) if override else Path(platformdirs.user_data_dir(APP_NAME))
+
+
+def user_toml_path() -> Path:
+    """The user's catalog additions."""
+    return config_dir() / USER_TOML
+
+
+def load_user_toml(path: Path | None = None) -> dict[str, Any]:
+    """The parsed user TOML, or ``{}`` when there is none.
+
+    Raises:
+        InputError: the file exists but is not valid TOML.
+    """
+    path = user_toml_path() if path is None else path
+    try:
+        text = path.read_text(encoding='utf-8')
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise InputError(str(path), f'cannot read the user configuration: {exc.strerror}') from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(str(path), f'is not valid TOML: {exc}') from exc
