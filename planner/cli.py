@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from planner import __version__
 from planner.errors import InputError
+from planner.plan_cli import add_plan_command
 from planner.training import (
     ATTENTION_KINDS,
     FRAMEWORKS,
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_option_args(est)
     est.add_argument('--json', action='store_true', help='one JSON document on stdout')
     est.set_defaults(run=_cmd_estimate)
+    add_plan_command(sub)
 
     models = sub.add_parser('models', help='list the model presets')
     models.add_argument('--json', action='store_true')

@@ -32,15 +32,17 @@ import contextlib
 import gc
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed._tools.mod_tracker import ModTracker
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map_only
 from torch.utils.weak import WeakIdKeyDictionary
 
 from planner.model_spec import ModelSpec
@@ -53,9 +55,11 @@ from tests.groundtruth.reference_models import (
 )
 
 Precision = Literal['fp32', 'amp-bf16', 'bf16']
+AutocastPolicy = Literal['cuda', 'cpu']
 OptimizerName = Literal['adamw', 'adam', 'sgd', 'sgd-momentum']
 
 PRECISIONS: tuple[str, ...] = ('fp32', 'amp-bf16', 'bf16')
+AUTOCAST_POLICIES: tuple[str, ...] = ('cuda', 'cpu')
 OPTIMIZERS: tuple[str, ...] = ('adamw', 'adam', 'sgd', 'sgd-momentum')
 CATEGORIES: tuple[str, ...] = ('PARAM', 'BUFFER', 'GRAD', 'ACT', 'TEMP', 'OPT', 'OTH')
 PHASES: tuple[str, ...] = ('forward', 'backward', 'optimizer', 'zero_grad')
@@ -78,6 +82,12 @@ class Measurement:
         peak_phase: ``'forward'`` (model forward and loss), ``'backward'``,
             ``'optimizer'`` (``step()``) or ``'zero_grad'``.
         peak_iteration: 0 (the first step, which creates the optimizer state) or 1.
+        peak_module: the latest module event before the peak, with ``ModTracker``'s
+            names: ``'backward CausalLM'`` is the start of backward (the loss's
+            cross-entropy and upcast backward, before the head's),
+            ``'after backward CausalLM.layers.0.mlp.down_proj'`` a point inside a
+            layer's backward, ``'recompute ...'`` a checkpointed layer re-running its
+            forward; in the optimizer phase it is just the last event of the backward.
         phases: total live bytes at moments of the steady-state iteration: ``start``,
             ``after_forward`` (loss computed, logits dropped, as the HF Trainer does),
             ``after_backward``, ``after_step``, ``after_zero_grad`` (all for the last
@@ -97,6 +107,7 @@ class Measurement:
     peak_by_category: dict[str, int]
     peak_phase: str
     peak_iteration: int
+    peak_module: str
     phases: dict[str, int]
     param_bytes: int
     buffer_bytes: int
@@ -137,6 +148,8 @@ class LiveBytes(TorchDispatchMode):
         self.peak_label: tuple[int, str] = (-1, 'setup')
         self.label: tuple[int, str] = (-1, 'setup')
         self.label_peaks: dict[tuple[int, str], int] = {}
+        self.where: Callable[[], str] | None = None  # says where a new peak happens
+        self.peak_where = ''
 
     def _free(self, box: list[int], _ref: weakref.ref) -> None:
         self.live -= box[0]
@@ -154,9 +167,14 @@ class LiveBytes(TorchDispatchMode):
                 entry[0][0] = nbytes
 
     def _update_peak(self) -> None:
-        if self.live > self.peak:
+        # A later iteration that only repeats the first one's peak takes the label:
+        # the steady state is what gets reported.
+        if self.live > self.peak or (self.live == self.peak
+                                     and self.label[0] > self.peak_label[0]):
             self.peak = self.live
             self.peak_label = self.label
+            if self.where is not None:
+                self.peak_where = self.where()
         if self.live > self.label_peaks.get(self.label, -1):
             self.label_peaks[self.label] = self.live
 
@@ -175,13 +193,39 @@ class LiveBytes(TorchDispatchMode):
         self.label = (iteration, phase)
         self._update_peak()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self._see(t)
         self._update_peak()
         return out
+
+
+class _ModuleEvents(ModTracker):
+    """Remembers the latest module event: forward, recompute, backward start or end.
+
+    The latest event says where the program is more reliably than the set of active
+    modules, which goes stale when checkpoint recomputation stops early (no post-forward
+    hook runs) and misses the loss, which is no module.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.event = 'start'
+        self.register_user_hooks(
+            lambda mod, _in: self._mark('recompute' if self.is_bw else 'forward', mod),
+            lambda mod, _in, _out: self._mark('after recompute' if self.is_bw
+                                              else 'after forward', mod),
+            lambda mod, _grads: self._mark('backward', mod),
+            lambda mod, _grads: self._mark('after backward', mod))
+
+    def _mark(self, what: str, mod: torch.nn.Module | None) -> None:
+        name = self.get_known_fqn(mod) if mod is not None else None
+        self.event = f'{what} {name or "?"}'
+
+    def last(self) -> str:
+        return self.event
 
 
 # ---- the measurement --------------------------------------------------------------------------
@@ -213,7 +257,10 @@ def _optimizer_state(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 
 def _check_args(precision: str, optimizer: str, seq_len: int, micro_batch: int,
-                grad_accum: int) -> None:
+                grad_accum: int, autocast_policy: str) -> None:
+    if autocast_policy not in AUTOCAST_POLICIES:
+        raise ValueError(f'unknown autocast_policy {autocast_policy!r}; '
+                         f'allowed: {", ".join(AUTOCAST_POLICIES)}')
     if precision not in PRECISIONS:
         raise ValueError(f'unknown precision {precision!r}; allowed: {", ".join(PRECISIONS)}')
     if optimizer not in OPTIMIZERS:
@@ -226,8 +273,8 @@ def _check_args(precision: str, optimizer: str, seq_len: int, micro_batch: int,
 
 def _setup(spec: ModelSpec, seq_len: int, micro_batch: int, precision: Precision,
            attention: AttentionImpl, checkpointing: bool, optimizer: OptimizerName,
-           foreach: bool, grad_accum: int, style: Style | None, fused_qkv: bool | None,
-           tanh_gelu: TanhGelu | None
+           foreach: bool, grad_accum: int, autocast_policy: AutocastPolicy,
+           style: Style | None, fused_qkv: bool | None, tanh_gelu: TanhGelu | None
            ) -> tuple[CausalLM, torch.optim.Optimizer, list[tuple[torch.Tensor, torch.Tensor]]]:
     """Model, optimizer and the micro-batches, in whatever tensor mode is active."""
     # Pure bf16 builds the model with bf16 as the default dtype, as from_pretrained(
@@ -241,6 +288,8 @@ def _setup(spec: ModelSpec, seq_len: int, micro_batch: int, precision: Precision
                             tanh_gelu=tanh_gelu)
     finally:
         torch.set_default_dtype(previous)
+    if precision == 'amp-bf16' and autocast_policy == 'cuda':
+        model.checkpoint_context_fn = lambda: (contextlib.nullcontext(), CudaAutocastPolicy())
     opt = make_optimizer(optimizer, model.parameters(), foreach)
     batches = []
     for _ in range(grad_accum):
@@ -250,9 +299,63 @@ def _setup(spec: ModelSpec, seq_len: int, micro_batch: int, precision: Precision
     return model, opt, batches
 
 
+# ---- autocast as CUDA does it ---------------------------------------------------------------
+def _cuda_fp32_functions() -> frozenset:
+    """Functions CUDA autocast runs in fp32 and CPU autocast leaves in the input's dtype.
+
+    ``AT_FORALL_FP32`` in ``aten/src/ATen/autocast_mode.h`` applies to CUDA (and the other
+    GPU backends); CPU autocast has its own, shorter fp32 list (losses, linear algebra,
+    FFTs). Of the entries these models can reach, ``pow`` matters: GPT-2's ``gelu_new``
+    calls ``torch.pow(x, 3.0)`` on the bf16 ``c_fc`` output, so on CUDA it saves an fp32
+    copy of x and everything downstream of it is promoted to fp32. The norms and
+    ``rsqrt`` see fp32 inputs in these models either way; they are listed for safety.
+    """
+    names = ('acos', 'asin', 'cosh', 'erfinv', 'exp', 'expm1', 'log', 'log10', 'log2',
+             'log1p', 'reciprocal', 'rsqrt', 'sinh', 'tan', 'pow')
+    funcs = {getattr(torch, n) for n in names} | {getattr(torch.Tensor, n) for n in names}
+    funcs |= {torch.Tensor.__pow__, torch.nn.functional.softplus,
+              torch.nn.functional.layer_norm, torch.nn.functional.group_norm,
+              torch.nn.functional.rms_norm, torch.layer_norm, torch.group_norm,
+              torch.rms_norm}
+    return frozenset(funcs)
+
+
+class CudaAutocastPolicy(TorchFunctionMode):
+    """Under CPU autocast, run CUDA's fp32-policy functions in fp32, as CUDA autocast would.
+
+    Their low-precision floating tensor arguments are cast to fp32 first (a copy, as
+    CUDA's ``cached_cast`` makes), so the op, what it saves for backward and what it
+    returns are those of a CUDA autocast run. Ops in both devices' lower-precision lists
+    (``mm``, ``addmm``, ``linear``, ``matmul``, ``bmm``, SDPA) need nothing. Inactive when
+    autocast is off, so it can stay entered through backward (checkpoint recomputation
+    re-enables autocast and must see the same dtypes). The autograd engine does not
+    carry torch-function modes into checkpoint recomputation, so :func:`_setup` also
+    passes it to ``checkpoint`` as the recompute context.
+    """
+
+    _FP32 = _cuda_fp32_functions()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self._FP32 and torch.is_autocast_enabled('cpu'):
+            args, kwargs = tree_map_only(torch.Tensor, _to_fp32, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _to_fp32(t: torch.Tensor) -> torch.Tensor:
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+
+
 def _forward_context(precision: Precision) -> contextlib.AbstractContextManager:
     if precision == 'amp-bf16':
         return torch.autocast('cpu', dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _policy_context(precision: Precision, policy: AutocastPolicy
+                    ) -> contextlib.AbstractContextManager:
+    if precision == 'amp-bf16' and policy == 'cuda':
+        return CudaAutocastPolicy()
     return contextlib.nullcontext()
 
 
@@ -287,6 +390,7 @@ def measure_training_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
                           precision: Precision = 'fp32', attention: AttentionImpl = 'eager',
                           checkpointing: bool = False, optimizer: OptimizerName = 'adamw',
                           foreach: bool = True, grad_accum: int = 1,
+                          autocast_policy: AutocastPolicy = 'cuda',
                           style: Style | None = None, fused_qkv: bool | None = None,
                           tanh_gelu: TanhGelu | None = None) -> Measurement:
     """The exact peak of live tensor bytes of two training iterations of ``spec``.
@@ -302,19 +406,23 @@ def measure_training_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
         optimizer: ``'adamw'`` (default), ``'adam'``, ``'sgd'`` or ``'sgd-momentum'``.
         foreach: the multi-tensor optimizer path (torch's default on CUDA).
         grad_accum: micro-steps per optimizer step (gradients accumulate in ``.grad``).
+        autocast_policy: with ``'amp-bf16'``: ``'cuda'`` (default) runs the functions
+            CUDA autocast keeps in fp32 in fp32 (:class:`CudaAutocastPolicy`), so the
+            dtypes are a CUDA run's; ``'cpu'`` is plain CPU autocast.
         style, fused_qkv, tanh_gelu: passed to :func:`build_model`.
     """
-    _check_args(precision, optimizer, seq_len, micro_batch, grad_accum)
+    _check_args(precision, optimizer, seq_len, micro_batch, grad_accum, autocast_policy)
     started = time.perf_counter()
     settings = {'seq_len': seq_len, 'micro_batch': micro_batch, 'precision': precision,
                 'attention': attention, 'checkpointing': checkpointing,
                 'optimizer': optimizer, 'foreach': foreach, 'grad_accum': grad_accum,
-                'style': style, 'fused_qkv': fused_qkv, 'tanh_gelu': tanh_gelu}
+                'autocast_policy': autocast_policy, 'style': style, 'fused_qkv': fused_qkv,
+                'tanh_gelu': tanh_gelu}
     gc.collect()
     with FakeTensorMode():
         model, opt, batches = _setup(spec, seq_len, micro_batch, precision, attention,
-                                     checkpointing, optimizer, foreach, grad_accum, style,
-                                     fused_qkv, tanh_gelu)
+                                     checkpointing, optimizer, foreach, grad_accum,
+                                     autocast_policy, style, fused_qkv, tanh_gelu)
         param_bytes = _tensor_bytes(list(model.parameters()))
         buffer_bytes = _tensor_bytes(list(model.buffers()))
         input_bytes = _tensor_bytes(batches)
@@ -323,6 +431,8 @@ def measure_training_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
         tracker.track_external(model, opt, batches)
         counter = LiveBytes()
         counter.register(model, batches)
+        modules = _ModuleEvents()
+        counter.where = modules.last
         moments: dict[str, int] = {}
         iteration = 0
 
@@ -338,8 +448,8 @@ def measure_training_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
             if iteration == ITERATIONS - 1:
                 moments[name] = _total(tracker.get_tracker_snapshot('current'))
 
-        with tracker, counter:
-            for iteration in range(ITERATIONS):  # noqa: B007 - read by the callbacks
+        with modules, tracker, counter, _policy_context(precision, autocast_policy):
+            for iteration in range(ITERATIONS):
                 if iteration == ITERATIONS - 1:
                     moments['start'] = _total(tracker.get_tracker_snapshot('current'))
                 _train_iteration(model, opt, batches, precision, on_phase, on_moment)
@@ -356,8 +466,8 @@ def measure_training_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
     peak_iteration, peak_phase = counter.peak_label
     return Measurement(
         peak_bytes=peak_bytes, peak_by_category=by_category, peak_phase=peak_phase,
-        peak_iteration=peak_iteration, phases=moments, param_bytes=param_bytes,
-        buffer_bytes=buffer_bytes, input_bytes=input_bytes,
+        peak_iteration=peak_iteration, peak_module=counter.peak_where, phases=moments,
+        param_bytes=param_bytes, buffer_bytes=buffer_bytes, input_bytes=input_bytes,
         optimizer_state_bytes=optimizer_state_bytes, crosscheck_peak_bytes=counter.peak,
         settings=settings, seconds=time.perf_counter() - started)
 
@@ -385,6 +495,7 @@ def measure_real_cpu_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
                           precision: Precision = 'fp32', attention: AttentionImpl = 'eager',
                           checkpointing: bool = False, optimizer: OptimizerName = 'adamw',
                           foreach: bool = True, grad_accum: int = 1,
+                          autocast_policy: AutocastPolicy = 'cuda',
                           style: Style | None = None, fused_qkv: bool | None = None,
                           tanh_gelu: TanhGelu | None = None) -> int:
     """Peak bytes of the second (steady-state) iteration of a real, allocating CPU run.
@@ -395,19 +506,20 @@ def measure_real_cpu_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
     It sees what kernels allocate internally too, so it can only be >= the fake-mode
     peak. Allocates for real: small models only.
     """
-    _check_args(precision, optimizer, seq_len, micro_batch, grad_accum)
+    _check_args(precision, optimizer, seq_len, micro_batch, grad_accum, autocast_policy)
     torch.manual_seed(0)
     model, opt, batches = _setup(spec, seq_len, micro_batch, precision, attention,
-                                 checkpointing, optimizer, foreach, grad_accum, style,
-                                 fused_qkv, tanh_gelu)
+                                 checkpointing, optimizer, foreach, grad_accum,
+                                 autocast_policy, style, fused_qkv, tanh_gelu)
     noop = lambda _name: None  # noqa: E731
-    _train_iteration(model, opt, batches, precision, noop, noop)
-    gc.collect()
-    baseline = _tensor_bytes([list(model.parameters()), list(model.buffers()),
-                              _optimizer_state(opt), batches])
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:
+    with _policy_context(precision, autocast_policy):
         _train_iteration(model, opt, batches, precision, noop, noop)
+        gc.collect()
+        baseline = _tensor_bytes([list(model.parameters()), list(model.buffers()),
+                                  _optimizer_state(opt), batches])
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    profile_memory=True) as prof:
+            _train_iteration(model, opt, batches, precision, noop, noop)
     return baseline + _max_running_sum(_memory_deltas(prof))
 
 

@@ -55,7 +55,7 @@ from typing import Literal, NamedTuple
 import torch
 import torch.nn.functional as F  # noqa: N812 - the usual name
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, noop_context_fn
 
 from planner.model_spec import ModelSpec
 
@@ -454,6 +454,8 @@ class CausalLM(nn.Module):
         self.style = style
         self.attention = attention
         self.gradient_checkpointing = checkpointing
+        # ``checkpoint(..., context_fn=)``: (forward, recompute) context managers.
+        self.checkpoint_context_fn = noop_context_fn
         h = spec.hidden_size
         self.embed_tokens = nn.Embedding(spec.vocab_size, h)
         nn.init.normal_(self.embed_tokens.weight, std=INIT_STD)
@@ -494,9 +496,9 @@ class CausalLM(nn.Module):
         hidden_states = self.embed_dropout(hidden_states)
         for layer in self.layers:
             if self.gradient_checkpointing and self.training:
-                hidden_states = checkpoint(layer, hidden_states,
-                                           attention_mask, position_embeddings,
-                                           use_reentrant=False)
+                hidden_states = checkpoint(layer, hidden_states, attention_mask,
+                                           position_embeddings, use_reentrant=False,
+                                           context_fn=self.checkpoint_context_fn)
             else:
                 hidden_states = layer(hidden_states, attention_mask, position_embeddings)
         hidden_states = self.norm(hidden_states)

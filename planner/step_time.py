@@ -1,0 +1,407 @@
+"""Step time, throughput and time-to-train, vectorised over candidate configurations.
+
+One optimizer step of a (TP, PP, CP, DP) layout with gradient accumulation costs
+(DOMAIN.md §8)::
+
+    t_step = t_mb · (m + (p - 1)/v)          # micro-batches through the pipeline, bubble
+           + exposed DP communication         # gradient reduction not hidden by backward
+           + optimizer update                 # memory-bound: bytes touched / HBM bandwidth
+
+where ``t_mb``, the time of one micro-batch on the busiest pipeline stage, is its
+compute (FLOPs / (peak · eta), eta from ``planner.efficiency``) plus the
+communication on its critical path: TP collectives, the exposed part of the CP ring
+exchange, the pipeline's point-to-point sends, and ZeRO-2/3 traffic that repeats per
+micro-batch. Collectives use the ring model (2(n-1)/n · S / B_bus for an all-reduce)
+over the slowest link the group spans. Every formula, default and source is in
+``docs/time-model.md``.
+
+All functions take numpy arrays for the per-candidate axes (:class:`LayoutArrays`)
+and return arrays of the broadcast shape; the model, GPU and recipe are scalars.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
+from planner.errors import InputError
+from planner.hardware import GpuSpec, LinkSpec
+from planner.model_spec import ModelSpec
+from planner.recipes import OPTIMIZERS, RECIPES
+
+RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')  # index = recompute code
+SECONDS_PER_DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class StepTimeOptions:
+    """Tunable constants of the step-time model (documented in docs/time-model.md).
+
+    Attributes:
+        intra_node_link_efficiency: achieved NCCL bus bandwidth / the GPU's one-way
+            intra-node link bandwidth (nccl-tests reach ~80 % on NVLink without NVLS).
+        inter_node_link_efficiency: the same for the inter-node rail (~90 % on IB).
+        intra_node_latency_s: per-hop latency of an intra-node collective.
+        dp_overlap: fraction of a micro-batch's backward (or forward) that can hide
+            DP/ZeRO communication (DDP buckets; the last bucket always waits).
+        tp_overlap: fraction of TP collectives hidden behind GEMMs (0: Megatron
+            2021-22; TE userbuffers or async TP hide part of it).
+        cp_overlap: fraction of the attention core that hides the CP ring exchange.
+        pp_overlap: fraction of pipeline sends hidden behind compute.
+        hbm_efficiency: achieved / datasheet HBM bandwidth for the optimizer step.
+        step_overhead_s: fixed per-step cost (data loading, logging, launch).
+    """
+
+    intra_node_link_efficiency: float = 0.80
+    inter_node_link_efficiency: float = 0.90
+    intra_node_latency_s: float = 5e-6
+    dp_overlap: float = 0.8
+    tp_overlap: float = 0.0
+    cp_overlap: float = 1.0
+    pp_overlap: float = 0.0
+    hbm_efficiency: float = 0.8
+    step_overhead_s: float = 0.0
+
+
+@dataclass
+class LayoutArrays:
+    """The per-candidate axes of a step (broadcastable numpy arrays).
+
+    ``nodes`` x ``gpus_per_node`` are the GPUs a candidate uses (so
+    ``tp * pp * cp * dp == nodes * gpus_per_node``); ranks are ordered TP fastest,
+    then CP, DP and PP, as Megatron's default ``tp-cp-ep-dp-pp``. ``recompute`` holds
+    codes into :data:`RECOMPUTE_MODES`.
+    """
+
+    nodes: np.ndarray
+    gpus_per_node: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    vpp: np.ndarray
+    cp: np.ndarray
+    dp: np.ndarray
+    micro_batch: np.ndarray
+    grad_accum: np.ndarray
+    zero: np.ndarray
+    recompute: np.ndarray
+    sequence_parallel: np.ndarray
+
+
+@dataclass
+class StepTimeArrays:
+    """Seconds per optimizer step, split into parts that add up, and throughput.
+
+    ``compute_s + elementwise_s + bubble_s + tp_comm_s + cp_comm_s + pp_comm_s + dp_comm_s
+    + optimizer_s + overhead_s == step_time_s``; the communication parts are the
+    *exposed* time. ``dp_traffic_s`` is the unhidden DP/ZeRO traffic time, for
+    reference. MFU and HFU follow PaLM (attention counted without the causal
+    saving); ``achieved_flops_per_gpu`` is HFU x peak (Narayanan's TF/GPU).
+    """
+
+    compute_s: np.ndarray
+    elementwise_s: np.ndarray
+    bubble_s: np.ndarray
+    tp_comm_s: np.ndarray
+    cp_comm_s: np.ndarray
+    pp_comm_s: np.ndarray
+    dp_comm_s: np.ndarray
+    optimizer_s: np.ndarray
+    overhead_s: np.ndarray
+    step_time_s: np.ndarray
+    dp_traffic_s: np.ndarray
+    efficiency: np.ndarray
+    gemm_flops: np.ndarray
+    gpus: np.ndarray
+    tokens_per_step: np.ndarray
+    tokens_per_s: np.ndarray
+    samples_per_s: np.ndarray
+    model_flops_per_step: np.ndarray
+    hardware_flops_per_step: np.ndarray
+    mfu: np.ndarray
+    hfu: np.ndarray
+    achieved_flops_per_gpu: np.ndarray
+
+
+def _stage_params(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
+    """Parameters on the most loaded stage (ceil(L/p) layers plus the edge it holds)."""
+    total = model.total_params()
+    embed, head, norm = model.embedding_params(), model.head_params(), model.norm_params()
+    per_layer = (total - embed - head - norm) / model.num_layers
+    head_on_last = head if head else model.vocab_size * model.hidden_size  # tied: a copy
+    first = np.ceil(model.num_layers / pp) * per_layer + embed
+    last = np.floor(model.num_layers / pp) * per_layer + norm + head_on_last
+    return np.where(pp > 1, np.maximum(first, last), float(total))
+
+
+# Elements read or written per token per layer by memory-bound ops, in units of h
+# (forward; backward touches about twice as much) and, for eager attention, of
+# heads x sequence (scale-mask-softmax and attention dropout). Rough counts of
+# Megatron's fused kernels; see docs/time-model.md.
+ELEMENTWISE_FWD_PER_H = 20.0
+SOFTMAX_FWD_PER_SCORE = 4.5
+
+
+def _elementwise_bytes_per_token(model: ModelSpec, seq_len: int, attention: str,
+                                 act_bytes: int) -> np.ndarray:
+    """Memory-bound bytes per token per layer, indexed by recompute code."""
+    hidden = ELEMENTWISE_FWD_PER_H * model.hidden_size
+    scores = SOFTMAX_FWD_PER_SCORE * model.num_heads * seq_len if attention == 'eager' else 0.0
+    fwd = hidden + scores
+    # none: fwd + 2x bwd; selective re-runs the softmax; full re-runs the whole forward.
+    return act_bytes * np.array([3 * fwd, 3 * fwd + scores, 4 * fwd])
+
+
+def _ring_bandwidth(span_gpus, members_per_node, gpus_per_node, intra_bps, inter_bps):
+    """Bus bandwidth of a collective over ranks spread as described.
+
+    A group inside one node runs at the intra-node link. A group across nodes is limited
+    by the network, but its ``k`` members in each node drive ``k`` rails at once
+    (NCCL lays one ring per NIC), so the bus bandwidth is ``min(intra, k · inter)``.
+    """
+    k = np.maximum(members_per_node, 1)
+    return np.where(span_gpus <= gpus_per_node, intra_bps, np.minimum(intra_bps, k * inter_bps))
+
+
+def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: LinkSpec | None,
+                     layout: LayoutArrays, *, precision: str = 'bf16-mixed',
+                     optimizer: str = 'adamw', attention: str = 'flash',
+                     options: StepTimeOptions | None = None,
+                     calibration: CalibrationProfile | Mapping | None = None) -> StepTimeArrays:
+    """Time one optimizer step for every candidate in ``layout``.
+
+    Args:
+        model: the transformer.
+        seq_len: tokens per sequence.
+        gpu: the accelerator (peak FLOP/s of the recipe's compute dtype, HBM, NVLink).
+        inter_node: the network between nodes (needed when a candidate spans nodes).
+        layout: the per-candidate axes.
+        precision: a ``RECIPES`` key (compute dtype, gradient and weight bytes).
+        optimizer: an ``OPTIMIZERS`` key (state tensors touched by the update).
+        attention: ``flash`` skips the masked half of causal attention; ``eager``
+            computes it.
+        options: model constants; defaults documented in docs/time-model.md.
+        calibration: measured efficiencies replacing the default curve.
+
+    Raises:
+        InputError: a candidate spans nodes and no inter-node link is given.
+    """
+    o = options or StepTimeOptions()
+    r, opt = RECIPES[precision], OPTIMIZERS[optimizer]
+    lay = layout
+    t, p, v, c, d = lay.tp, lay.pp, lay.vpp, lay.cp, lay.dp
+    b, m, g = lay.micro_batch, lay.grad_accum, lay.gpus_per_node
+    rc, zero = np.asarray(lay.recompute), np.asarray(lay.zero)
+    s, h, layers = seq_len, model.hidden_size, model.num_layers
+    if inter_node is None and np.any(lay.nodes > 1):
+        raise InputError('--inter-node', 'candidates span several nodes: name the network')
+    peak = gpu.peak(r.compute_dtype)
+    intra_bps = gpu.intra_node_bandwidth_bytes_per_s * o.intra_node_link_efficiency
+    inter_bps = (inter_node.bandwidth_bytes_per_s * o.inter_node_link_efficiency
+                 if inter_node else intra_bps)
+    inter_lat = inter_node.latency_s if inter_node else o.intra_node_latency_s
+    multi_node = lay.nodes > 1
+
+    # ---- FLOPs the GPUs execute (causal saving only with flash attention)
+    causal = attention == 'flash'
+    per_mode = np.array([model.training_flops_per_token(s, mode, causal)
+                         for mode in RECOMPUTE_MODES])
+    fwd_tok = model.forward_flops_per_token(s, causal)
+    head_tok = 6.0 * model.vocab_size * h  # fwd + bwd of the output head, never recomputed
+    layer_tok = (per_mode[rc] - head_tok) / layers
+    bwd_fraction = (per_mode[rc] - fwd_tok) / per_mode[rc]
+    first_layers, last_layers = np.ceil(layers / p), np.floor(layers / p)
+    stage_tok = np.where(p > 1, np.maximum(first_layers * layer_tok,
+                                           last_layers * layer_tok + head_tok),
+                         layers * layer_tok + head_tok)
+    tokens_mb = b * s / c  # tokens of one micro-batch on one rank
+    gemm = gemm_flops(h, tokens_mb, t)
+    eta = matmul_efficiency(gpu.family, gemm, b, calibration)
+    busy_layers = first_layers
+    # Memory-bound work between the GEMMs (norms, activations, dropout, residual adds and,
+    # with eager attention, the s^2 softmax) costs bytes / HBM bandwidth. It is what makes
+    # narrow models slower per FLOP: GEMM FLOPs grow as h^2, these bytes as h.
+    elementwise = _elementwise_bytes_per_token(model, s, attention, r.act_bytes)[rc]
+    elementwise_mb = (busy_layers * elementwise * tokens_mb / t
+                      / (gpu.hbm_bandwidth_bytes_per_s * o.hbm_efficiency))
+    gemm_mb = stage_tok * tokens_mb / t / (peak * eta)
+    compute_mb = gemm_mb + elementwise_mb
+    fwd_mb, bwd_mb = compute_mb * (1 - bwd_fraction), compute_mb * bwd_fraction
+
+    # ---- TP: 2 all-reduces forward + 2 backward per layer of b·s·h/c elements (RS + AG
+    # of the same volume with SP); full recompute repeats the forward's two.
+    act = tokens_mb * h * r.act_bytes
+    ar_per_layer = 4 + 2 * (rc == 2)
+    tp_ar_s = 2 * (t - 1) / t * act / intra_bps + 2 * (t - 1) * o.intra_node_latency_s
+    tp_mb = np.where(t > 1, busy_layers * ar_per_layer * tp_ar_s * (1 - o.tp_overlap), 0.0)
+
+    # ---- CP: ring attention passes each rank's K and V chunk c-1 times forward, and
+    # K, V plus their gradients backward; the attention core hides it (Megatron overlaps).
+    kv_chunk = 2 * tokens_mb * (model.kv_size / t) * r.act_bytes
+    passes = 3 + (rc == 2)
+    cp_bps = np.where(t * c <= g, intra_bps, inter_bps)
+    cp_lat = np.where(t * c <= g, o.intra_node_latency_s, inter_lat)
+    cp_layer_s = (c - 1) * passes * (kv_chunk / cp_bps + cp_lat)
+    core_fwd_tok = (2.0 if causal else 4.0) * s * model.q_size  # per layer
+    core_tok = core_fwd_tok * (3 + (rc >= 1))  # fwd + bwd (+ recomputed core)
+    core_layer_s = core_tok * tokens_mb / t / (peak * eta)
+    cp_mb = np.where(c > 1, busy_layers * np.maximum(0.0, cp_layer_s
+                                                     - o.cp_overlap * core_layer_s), 0.0)
+
+    # ---- PP: one activation send forward and one gradient send backward per micro-batch
+    # and model chunk, b·s·h/(c·t) elements (scatter/gather), over the network when the
+    # pipeline spans nodes.
+    pp_msg = act / t
+    pp_bps = np.where(multi_node, inter_bps, intra_bps)
+    pp_lat = np.where(multi_node, inter_lat, o.intra_node_latency_s)
+    pp_mb = np.where(p > 1, 2 * v * (pp_msg / pp_bps + pp_lat) * (1 - o.pp_overlap), 0.0)
+
+    # ---- DP / ZeRO over the dp x cp ranks (stride t): gradients reduced, ZeRO shards.
+    n = d * c
+    psi_rank = _stage_params(model, p) / t
+    grad_bytes, weight_bytes = psi_rank * r.grad_bytes, psi_rank * r.weight_bytes
+    dp_span = t * n
+    dp_bps = _ring_bandwidth(dp_span, np.minimum(g // t, n), g, intra_bps, inter_bps)
+    dp_lat = np.where(dp_span <= g, o.intra_node_latency_s, inter_lat)
+
+    def rs(size):  # reduce-scatter or all-gather of a `size`-byte array
+        return np.where(n > 1, (n - 1) / n * size / dp_bps + (n - 1) * dp_lat, 0.0)
+
+    def exposed(comm, window):
+        return np.maximum(0.0, comm - o.dp_overlap * window)
+
+    # ZeRO-0: one all-reduce per step after the last backward. ZeRO-1: reduce-scatter,
+    # then all-gather the updated weights (hidden by the next forward). ZeRO-2: gradients
+    # are reduce-scattered every micro-batch. ZeRO-3: weights gathered for every
+    # micro-batch's forward and backward, gradients reduce-scattered (1.5x DP volume).
+    step_dp = np.select(
+        [zero == 0, zero == 1, zero == 2],
+        [exposed(2 * rs(grad_bytes), bwd_mb),
+         exposed(rs(grad_bytes), bwd_mb) + exposed(rs(weight_bytes), fwd_mb),
+         exposed(rs(weight_bytes), fwd_mb)], 0.0)
+    mb_dp = np.select(
+        [zero == 2, zero == 3],
+        [exposed(rs(grad_bytes), bwd_mb),
+         exposed(rs(weight_bytes), fwd_mb) + exposed(rs(weight_bytes) + rs(grad_bytes), bwd_mb)],
+        0.0)
+    traffic = np.select([zero == 0, zero == 1, zero == 2],
+                        [2 * rs(grad_bytes), rs(grad_bytes) + rs(weight_bytes),
+                         m * rs(grad_bytes) + rs(weight_bytes)],
+                        m * (2 * rs(weight_bytes) + rs(grad_bytes)))
+
+    # ---- Pipeline: every micro-batch crosses the busiest stage; (p-1)/v of a
+    # micro-batch's time is the bubble (interleaved 1F1B).
+    t_mb = compute_mb + tp_mb + cp_mb + pp_mb + mb_dp
+    bubble = t_mb * (p - 1) / v
+
+    # ---- Optimizer: read gradients, read/write master and states, write weights.
+    state_bytes = opt.state_bytes_override or r.state_bytes
+    states = 0 if opt.factored else opt.states
+    touched = (r.grad_bytes + 2 * r.master_bytes + 2 * states * state_bytes
+               + (r.weight_bytes if r.master_bytes else 2 * r.weight_bytes))
+    opt_params = psi_rank / np.where(zero >= 1, n, 1)
+    optimizer_s = opt_params * touched / (gpu.hbm_bandwidth_bytes_per_s * o.hbm_efficiency)
+
+    step = t_mb * m + bubble + step_dp + optimizer_s + o.step_overhead_s
+    gpus = t * p * c * d
+    tokens_step = b * m * d * s
+    model_flops = model.training_flops_per_token(s, 'none', causal=False) * tokens_step
+    paper_per_mode = np.array([model.training_flops_per_token(s, mode, causal=False)
+                               for mode in RECOMPUTE_MODES])
+    hardware_flops = paper_per_mode[rc] * tokens_step
+    return StepTimeArrays(
+        compute_s=gemm_mb * m, elementwise_s=elementwise_mb * m, bubble_s=bubble,
+        tp_comm_s=tp_mb * m, cp_comm_s=cp_mb * m,
+        pp_comm_s=pp_mb * m, dp_comm_s=mb_dp * m + step_dp, optimizer_s=optimizer_s,
+        overhead_s=np.full(np.shape(step), o.step_overhead_s), step_time_s=step,
+        dp_traffic_s=traffic, efficiency=eta, gemm_flops=gemm, gpus=gpus,
+        tokens_per_step=tokens_step, tokens_per_s=tokens_step / step,
+        samples_per_s=b * m * d / step, model_flops_per_step=model_flops,
+        hardware_flops_per_step=hardware_flops,
+        mfu=model_flops / (step * gpus * peak), hfu=hardware_flops / (step * gpus * peak),
+        achieved_flops_per_gpu=hardware_flops / (step * gpus))
+
+
+# ---- time to train ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrainingLength:
+    """How much data a run sees: a token budget, or samples x epochs.
+
+    Attributes:
+        tokens: total training tokens (pretraining budgets are quoted this way).
+        samples: sequences in the data set (with ``epochs``).
+        epochs: passes over ``samples``.
+    """
+
+    tokens: float | None = None
+    samples: int | None = None
+    epochs: float = 1.0
+
+    def __post_init__(self) -> None:
+        if (self.tokens is None) == (self.samples is None):
+            raise InputError('--tokens', 'give either a token budget or samples x epochs')
+        if self.tokens is not None and not self.tokens > 0:
+            raise InputError('--tokens', f'must be positive, got {self.tokens!r}')
+        if self.samples is not None and not self.samples > 0:
+            raise InputError('--samples', f'must be positive, got {self.samples!r}')
+        if not self.epochs > 0:
+            raise InputError('--epochs', f'must be positive, got {self.epochs!r}')
+
+    def total_tokens(self, seq_len: int) -> float:
+        """Tokens processed over the whole run."""
+        if self.tokens is not None:
+            return float(self.tokens)
+        return float(self.samples) * self.epochs * seq_len  # type: ignore[arg-type]
+
+    def steps(self, global_batch_samples, seq_len: int) -> np.ndarray:
+        """Optimizer steps: epochs x samples / B, or tokens / (B x s) (fractional)."""
+        return self.total_tokens(seq_len) / (np.asarray(global_batch_samples, float) * seq_len)
+
+    def to_dict(self) -> dict[str, float | None]:
+        """JSON-ready."""
+        return {'tokens': self.tokens, 'samples': self.samples,
+                'epochs': self.epochs if self.samples is not None else None}
+
+
+@dataclass
+class TrainingTimeArrays:
+    """Wall time, GPU-hours and cost of a whole run per candidate.
+
+    ``time_per_epoch_s`` is NaN for a token budget (no epoch defined).
+    """
+
+    steps: np.ndarray
+    time_to_train_s: np.ndarray
+    time_per_epoch_s: np.ndarray
+    gpu_hours: np.ndarray
+    cost_usd: np.ndarray
+
+
+def training_time(step_time_s, global_batch_samples, seq_len: int, gpus,
+                  length: TrainingLength, price_per_gpu_hour_usd: float) -> TrainingTimeArrays:
+    """steps = data / B; wall = steps x step time; GPU-hours = wall x GPUs (DOMAIN.md §9).
+
+    The last, partial step is counted as a fraction, as Narayanan et al.'s
+    T_end2end = 8·T·P/(n·X) does.
+    """
+    step_time_s = np.asarray(step_time_s, float)
+    steps = length.steps(global_batch_samples, seq_len)
+    wall = steps * step_time_s
+    if length.samples is not None:
+        per_epoch = length.samples / np.asarray(global_batch_samples, float) * step_time_s
+    else:
+        per_epoch = np.full(np.shape(wall), math.nan)
+    gpu_hours = wall * np.asarray(gpus, float) / 3600.0
+    return TrainingTimeArrays(steps=np.broadcast_to(steps, np.shape(wall)), time_to_train_s=wall,
+                              time_per_epoch_s=per_epoch, gpu_hours=gpu_hours,
+                              cost_usd=gpu_hours * price_per_gpu_hour_usd)
+
+
+def step_time_from_throughput(flops_per_token: float, tokens_per_step: float, gpus: int,
+                              achieved_flops_per_gpu: float) -> float:
+    """Step time implied by a measured per-GPU throughput (X in Narayanan eq. 4)."""
+    return flops_per_token * tokens_per_step / (gpus * achieved_flops_per_gpu)
