@@ -109,16 +109,15 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
         # checkpoint() keeps the layer's input; the rest is rebuilt in backward.
         return LayerTerms(hidden=res, sharded=0.0, score=0.0, per_head_token=0.0,
                           per_token=0.0)
-    rms = m.norm == 'rmsnorm'
-    norm_saved = (4 if res == 4 else 6) if rms else 0  # per norm, x T·h
-    hidden = 2 * res + 2 * norm_saved
+    # Two norms: each saves its input (the residual stream) and what it needs for backward.
+    hidden = 2 * norm_saved_bytes(m, r)
     if r.autocast:
         hidden += e * (1 if m.fused_qkv else 3)
         hidden += e * (1 if (m.fused_gate_up or not m.gated_mlp) else 2)
     else:
-        hidden += 2 * res
+        hidden += 2 * res  # one norm output shared by the projections that read it
     hidden += 2 * _dropout(m.hidden_dropout) * MASK_BYTES
-    per_token = 2 * (4 if rms else 8)  # fp32 rsqrt, or mean and rstd, per norm
+    per_token = 2 * (4 if m.norm == 'rmsnorm' else 8)  # fp32 rsqrt, or mean and rstd
 
     rope = m.position_embedding == 'rotary'
     if attention == 'eager':
@@ -128,19 +127,39 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
             qkv = 3 * e * q
         sharded = qkv + e * q  # + the contiguous input of o_proj
     else:
-        sharded = e * (q + 2 * kv) + 2 * e * q  # q, k, v, kernel output, o_proj input
+        # q, k, v and the kernel's output, which is laid out (b, s, heads, d) already and
+        # so is o_proj's input without a copy.
+        sharded = e * (q + 2 * kv) + e * q
     if m.gated_mlp:
         sharded += 4 * e * f
+    elif m.python_gelu:
+        # 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))): pow runs in fp32 under CUDA autocast,
+        # so x³'s input, tanh, 1 + tanh are fp32; 0.5·x and the fc2 input are not.
+        sharded += (12 + 2 * e) * f
     else:
-        sharded += (5 if m.python_gelu else 2) * e * f
+        sharded += 2 * e * f
     score = per_head = 0.0
     if attention == 'eager' and recompute != 'selective':
-        score = 4 + (e if e != 4 else 0)  # fp32 softmax output and its cast back
-        score += _dropout(m.attention_dropout) * (MASK_BYTES + e)
+        # The fp32 softmax output, and what the AV matmul reads: its cast back to the
+        # compute dtype, or dropout's output (with a 1-byte mask) when dropout is on.
+        drop = _dropout(m.attention_dropout)
+        score = 4 + (e if (e != 4 or drop) else 0) + drop * MASK_BYTES
     elif attention == 'flash':
         per_head = 4.0
     return LayerTerms(hidden=hidden, sharded=sharded, score=score, per_head_token=per_head,
                       per_token=per_token)
+
+
+def norm_saved_bytes(m: ModelSpec, r: PrecisionRecipe) -> float:
+    """Bytes per token·hidden one norm keeps for backward, its input included.
+
+    LayerNorm's kernel keeps its input (plus per-token statistics). HF RMSNorm keeps
+    the fp32 view of its input (the input itself when fp32, else an upcast copy) and
+    the normalised tensor in the input dtype.
+    """
+    if m.norm == 'layernorm':
+        return float(r.residual_bytes)
+    return 4.0 + r.residual_bytes
 
 
 def layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str, recompute: str,
@@ -177,11 +196,11 @@ def edge_bytes(m: ModelSpec, r: PrecisionRecipe, loss: str, b, s, t, c, sp) -> E
     first = 8.0 * tokens  # int64 input ids
     first = first + _dropout(m.hidden_dropout) * MASK_BYTES * tokens * h / hidden_div
     if m.position_embedding == 'rotary':
-        first = first + 2 * tokens * m.head_dim * (4 if res == 4 else 2)  # cos and sin
-    rms = m.norm == 'rmsnorm'
-    final_norm = tokens * h / hidden_div * (res + ((4 if res == 4 else 6) if rms else 0))
+        # cos and sin tables, one per position, broadcast over the batch
+        first = first + 2 * s / c * m.head_dim * res
+    final_norm = tokens * h / hidden_div * norm_saved_bytes(m, r)
     head_input = tokens * h / hidden_div * (e if r.autocast else res)
-    labels = 8.0 * tokens
+    labels = 3 * 8.0 * tokens  # int64 labels, and the shifted copy the loss keeps
     if loss == 'megatron':
         # Vocab-parallel CE keeps fp32 logits (softmax written in place) per TP shard.
         saved = final_norm + head_input + labels + 4.0 * tokens * v / t

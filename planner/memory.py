@@ -147,10 +147,10 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     interleave = np.where(cfg.vpp > 1, 1 + (pp - 1) / (pp * cfg.vpp), 1.0)
     inflight = np.where(pp > 1, np.minimum(m, pp) * interleave, 1.0)
 
-    # Backward temporaries of one layer: the running residual gradient (two copies)
-    # and the widest intermediate gradients (MLP), or the recomputed layer.
-    bwd_tmp = _layer_backward_temp(model, r, opts.attention, b, s, t, c, sp)
-    bwd_tmp = bwd_tmp + np.where(rc == 2, layer_full, 0.0)
+    bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp)
+    # The top layer's backward under full recompute rebuilds its activations first.
+    top_bwd_tmp = bwd_tmp + np.where(rc == 2, layer_full, 0.0)
+    fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c)
 
     stages = {}
     for stage in ('first', 'last'):
@@ -162,6 +162,11 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
         is_first = stage == 'first'
         is_last = (stage == 'last') | (pp == 1)
         stage_inflight = inflight if is_first else 1.0
+        # autocast saves a low-precision copy of every weight a saved matmul uses; under
+        # full recompute only the layer being recomputed (and the head) holds them.
+        autocast = np.zeros(()) if not r.autocast or opts.lora is not None else \
+            r.act_bytes * (params.head_matmul + params.layer_matmul * np.where(
+                rc == 2, 1.0, layers * stage_inflight))
         acts = layer_act * layers * stage_inflight
         acts = acts + np.where(is_first | (pp == 1), edge.first_stage * stage_inflight, 0.0)
         acts = acts + np.where(is_last, edge.last_stage_saved, 0.0)
@@ -173,29 +178,52 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
         # the step, i.e. during forward only when accumulating.
         persistent_grads = opts.framework == 'megatron'
         grads_live = np.where(persistent_grads | (m > 1), ms.gradients, 0.0)
+        # The top layer's backward starts once the loss's buffers and saved tensors are
+        # freed and the head's gradient is written; the larger of the two moments counts.
+        last_saved = np.where(is_last, edge.last_stage_saved, 0.0)
+        head_grads = np.where(grads_live > 0, 0.0, ms.head_gradients)
+        top_layer_wins = top_bwd_tmp + head_grads - last_saved > loss_bwd
         buffers = ms.ddp_buckets + ms.zero_buckets
         static = ms.weights + ms.optimizer_states + buffers
         first_edge = np.where(is_first | (pp == 1), edge.first_stage, 0.0)
-        # What each phase adds to the model states. The top layer's backward temporaries
-        # come after the loss's backward buffers are freed: the larger of the two counts.
+        # What each phase adds to the model states. The last layer's attention scores
+        # die before the logits are made, and the top layer's backward temporaries are
+        # made after the loss's backward buffers are freed: only the larger one counts.
         parts = {
-            'forward_end': {'activations': acts, 'logits': loss_fwd,
-                            'autocast_copies': ms.autocast_copies},
-            'backward_start': {'activations': acts, 'logits': np.maximum(loss_bwd, bwd_tmp),
-                               'autocast_copies': ms.autocast_copies,
+            'forward_end': {'activations': acts,
+                            'logits': np.where(loss_fwd >= fwd_tmp, loss_fwd, 0.0),
+                            'attention_scores_temp': np.where(loss_fwd < fwd_tmp, fwd_tmp, 0.0),
+                            'autocast_copies': autocast},
+            'backward_start': {'activations': np.where(top_layer_wins, acts - last_saved, acts),
+                               'logits': np.where(top_layer_wins, 0.0, loss_bwd),
+                               'backward_temp': np.where(top_layer_wins, top_bwd_tmp, 0.0),
+                               'autocast_copies': autocast,
                                'zero3_gathered_grad': ms.zero3_gathered_grad},
-            'backward_end': {'activations': first_edge, 'backward_temp': bwd_tmp,
+            # The bottom layer's backward: its activations (recomputed under full
+            # recompute) still live, every gradient but the input embedding's written.
+            'backward_end': {'activations': first_edge + np.where(rc == 2, layer_full,
+                                                                  layer_act),
+                             'autocast_copies': np.where(
+                                 r.autocast & (opts.lora is None),
+                                 r.act_bytes * params.layer_matmul, 0.0),
+                             'backward_temp': bwd_tmp,
                              'zero3_gathered_grad': ms.zero3_gathered_grad},
             'optimizer_step': {'optimizer_step_temp': ms.optimizer_step_temp},
         }
         totals = {}
+        # At the bottom layer's MLP backward, the embedding's and most of that layer's
+        # gradients are still to come.
+        pending = ms.embedding_gradients + ms.bottom_layer_gradients
+        grads_at = {'forward_end': grads_live,
+                    'backward_start': grads_live + np.where(top_layer_wins, head_grads, 0.0),
+                    'backward_end': np.maximum(grads_live, ms.gradients - pending),
+                    'optimizer_step': ms.gradients}
         for phase, extra in parts.items():
-            full_grads = phase in ('backward_end', 'optimizer_step')
-            base = static + (ms.gradients if full_grads else grads_live)
+            base = static + grads_at[phase]
             if phase != 'optimizer_step':
                 base = base + ms.zero3_gathered
             totals[phase] = base + sum(extra.values())
-        stages[stage] = (ms, parts, totals, grads_live, buffers)
+        stages[stage] = (ms, parts, totals, grads_at, buffers)
 
     # The most loaded stage: compare the two stages' peaks.
     peaks = {k: np.max(np.stack(np.broadcast_arrays(*v[2].values())), axis=0)
@@ -223,14 +251,13 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
 def _components_at_peak(stages, use_last, peak_phase) -> dict[str, np.ndarray]:
     """Named parts of the peak phase of the chosen stage; they sum to the tensor peak."""
     out: dict[str, np.ndarray] = {}
-    for stage, (ms, parts, _totals, grads_live, buffers) in stages.items():
+    for stage, (ms, parts, _totals, grads_at, buffers) in stages.items():
         pick = use_last if stage == 'last' else ~use_last
         for i, phase in enumerate(PHASES):
             here = pick & (peak_phase == i)
-            full_grads = phase in ('backward_end', 'optimizer_step')
             named = {
                 'weights': ms.weights,
-                'gradients': ms.gradients if full_grads else grads_live,
+                'gradients': grads_at[phase],
                 'optimizer_states': ms.optimizer_states,
                 'buffers': buffers,
                 'zero3_gathered': ms.zero3_gathered if phase != 'optimizer_step' else 0.0,
@@ -238,22 +265,41 @@ def _components_at_peak(stages, use_last, peak_phase) -> dict[str, np.ndarray]:
             }
             for name, value in named.items():
                 out[name] = out.get(name, 0.0) + np.where(here, value, 0.0)
-    for name in ('activations', 'logits', 'autocast_copies', 'backward_temp',
+    for name in ('activations', 'logits', 'attention_scores_temp', 'autocast_copies',
+                 'backward_temp',
                  'optimizer_step_temp', 'zero3_gathered_grad'):
         out.setdefault(name, np.zeros_like(peak_phase, dtype=float))
     return out
 
 
-def _layer_backward_temp(m: ModelSpec, r, attention: str, b, s, t, c, sp) -> np.ndarray:
-    """Temporaries while one layer runs backward (gradients of its intermediates)."""
+def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp) -> np.ndarray:
+    """Gradients alive while one layer runs backward, beyond the activations it frees.
+
+    At the MLP's backward (the widest point, seen with MemTracker): the residual-stream
+    gradient, and two f-wide gradients (of act(gate) and up) where a gated MLP's
+    product was just consumed, or one for a plain MLP with a fused activation.
+    """
     tokens = b * s / c
     hidden_div = np.where(sp & (t > 1), t, 1)
     f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
     e = r.act_bytes
-    residual_grads = 2 * r.residual_bytes * tokens * m.hidden_size / hidden_div
-    mlp = (3 if m.gated_mlp else 2) * e * tokens * f / t
-    attn = np.where(attention == 'eager', 2 * 4.0 * b * (m.num_heads / t) * s * (s / c), 0.0)
-    return residual_grads + np.maximum(mlp, attn)
+    if m.gated_mlp:
+        per_element = 2 * e
+    elif m.python_gelu:
+        # the product's two input gradients in fp32 beside the incoming one (and its
+        # fp32 upcast under autocast)
+        per_element = 12 - e
+    else:
+        per_element = e
+    wide = per_element * tokens * f / t
+    return r.residual_bytes * tokens * m.hidden_size / hidden_div + wide
+
+
+def _forward_attention_temp(m: ModelSpec, attention: str, b, s, t, c) -> np.ndarray:
+    """Eager attention's fp32 scores and their masked copy, alive before the softmax."""
+    if attention != 'eager':
+        return np.zeros(np.shape(b * s))
+    return 2 * 4.0 * b * (m.num_heads / t) * s * (s / c)
 
 
 # ---- single configuration -------------------------------------------------------------

@@ -37,6 +37,11 @@ class StageParams:
     trainable_expert: np.ndarray
     largest_gathered: np.ndarray  # the biggest unit ZeRO-3 gathers at once
     layer: np.ndarray  # one transformer layer, the unit prefetched next
+    layers: np.ndarray  # transformer layers on this stage
+    layer_matmul: np.ndarray  # matmul weights of one layer (what autocast casts)
+    head_matmul: np.ndarray  # the output head on this rank (0 off the last stage)
+    embedding: np.ndarray  # input embedding whose gradient comes last in backward
+    layer_out_proj: np.ndarray  # one layer's MLP output projection
 
 
 def _attention_split(m: ModelSpec) -> tuple[int, int]:
@@ -76,14 +81,16 @@ def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> 
     when it differs from the first (Megatron does the same).
     """
     pp = np.asarray(pp)
+    f_out = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
     layers = np.ceil(m.num_layers / pp)
     moe_layers = np.minimum(layers, m.moe_layers)
     dense_layers = layers - moe_layers
     attn_sh, attn_rep = _attention_split(m)
     mlp_sh, mlp_rep = _mlp_split(m, m.ffn_size)
     dense = dense_layers * ((attn_sh + mlp_sh) / t + attn_rep + mlp_rep)
-    matmul = dense_layers * (2 * m.hidden_size * (m.q_size + m.kv_size)
-                             + (3 if m.gated_mlp else 2) * m.hidden_size * m.ffn_size) / t
+    attn_matmul = 2 * m.hidden_size * (m.q_size + m.kv_size) / t
+    matmul_per_layer = attn_matmul + (3 if m.gated_mlp else 2) * m.hidden_size * m.ffn_size / t
+    matmul = dense_layers * matmul_per_layer
     expert = np.zeros_like(dense)
     if m.moe is not None:
         e_sh, e_rep = _mlp_split(m, m.moe.expert_ffn_size)
@@ -92,8 +99,9 @@ def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> 
         router = m.hidden_size * m.moe.num_experts
         dense = dense + moe_layers * (attn_sh / t + attn_rep + shared + router)
         expert = moe_layers * m.moe.num_experts / ep * (e_sh / t + e_rep)
-        matmul = matmul + moe_layers * (2 * m.hidden_size * (m.q_size + m.kv_size) / t
-                                        + m.moe.num_experts / ep * e_sh / t + shared)
+        moe_matmul = attn_matmul + m.moe.num_experts / ep * e_sh / t + shared
+        matmul = matmul + moe_layers * moe_matmul
+        matmul_per_layer = np.maximum(matmul_per_layer, moe_matmul)
     vocab = m.vocab_size * m.hidden_size / t
     positions = m.max_position_embeddings * m.hidden_size if m.position_embedding == 'learned' \
         else 0
@@ -104,7 +112,11 @@ def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> 
     embed_part = np.where(first | (pp == 1), vocab + positions, 0.0)
     head_part = np.where(last, head + m.norm_params(), 0.0)
     dense = dense + embed_part + head_part
-    matmul = matmul + np.where(last, vocab, 0.0)  # the head is a matmul, tied or not
+    head_matmul = np.where(last, vocab, 0.0)  # the head is a matmul, tied or not
+    matmul = matmul + head_matmul
+    # A tied embedding's gradient starts with the head's, at the top of backward.
+    embedding = np.where(first | (pp == 1), positions + np.where(
+        m.tied_embeddings & (pp == 1), 0.0, vocab), 0.0)
     if lora is None:
         trainable_dense, trainable_expert = dense, expert
     else:
@@ -120,7 +132,11 @@ def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> 
                        trainable_dense=np.asarray(trainable_dense, float),
                        trainable_expert=np.asarray(trainable_expert, float),
                        largest_gathered=np.asarray(largest, float),
-                       layer=np.asarray(per_layer, float))
+                       layer=np.asarray(per_layer, float), layers=np.asarray(layers, float),
+                       layer_matmul=np.asarray(matmul_per_layer, float),
+                       head_matmul=np.asarray(head_matmul, float),
+                       embedding=np.asarray(embedding, float),
+                       layer_out_proj=np.asarray(m.hidden_size * f_out / t, float))
 
 
 def _optimizer_bytes_per_param(opt: OptimizerKind, r: PrecisionRecipe) -> float:
@@ -144,7 +160,9 @@ class ModelStateBytes:
     zero_buckets: np.ndarray
     zero3_gathered: np.ndarray
     zero3_gathered_grad: np.ndarray
-    autocast_copies: np.ndarray
+    embedding_gradients: np.ndarray
+    bottom_layer_gradients: np.ndarray  # one layer's, but its MLP output projection
+    head_gradients: np.ndarray  # written first in backward
 
 
 def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
@@ -200,12 +218,19 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
     gathered_w = np.where(gathering, (params.largest_gathered + prefetch_layers * params.layer)
                           * r.weight_bytes, 0.0)
     gathered_g = np.where(gathering, params.largest_gathered * r.grad_bytes, 0.0)
-    autocast = r.act_bytes * params.matmul if (r.autocast and lora is None) else \
-        np.zeros_like(params.matmul)
+    def grad_bytes(elements):
+        if lora is not None:
+            return np.zeros_like(elements)
+        return np.where(zero >= 2, elements / shard, elements) * r.grad_bytes
+
+    embedding_grads = grad_bytes(params.embedding)
+    bottom_layer = grad_bytes(np.maximum(params.layer - params.layer_out_proj, 0.0))
     return ModelStateBytes(weights=weights, gradients=gradients, optimizer_states=opt_states,
                            optimizer_step_temp=temp, ddp_buckets=ddp, zero_buckets=zero_b,
                            zero3_gathered=gathered_w, zero3_gathered_grad=gathered_g,
-                           autocast_copies=np.asarray(autocast, float))
+                           embedding_gradients=np.asarray(embedding_grads, float),
+                           bottom_layer_gradients=np.asarray(bottom_layer, float),
+                           head_gradients=np.asarray(grad_bytes(params.head_matmul), float))
 
 
 def _factored_fraction(m: ModelSpec) -> float:

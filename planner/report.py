@@ -17,6 +17,7 @@ COMPONENT_LABELS: dict[str, str] = {
     'optimizer_step_temp': 'optimizer step temporaries',
     'activations': 'activations',
     'logits': 'logits and loss buffers',
+    'attention_scores_temp': 'eager attention scores (transient)',
     'autocast_copies': 'autocast weight copies',
     'backward_temp': 'backward temporaries',
     'zero3_gathered': 'ZeRO-3 gathered layers',

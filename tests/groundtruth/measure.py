@@ -2,8 +2,9 @@
 
 DOMAIN.md §13: build the model, optimizer and inputs inside ``FakeTensorMode`` on the CPU
 device, register them with ``MemTracker.track_external``, run two training iterations
-(the first creates the optimizer state; ``reset_mod_stats()`` after it), and read
-``get_tracker_snapshot('peak')``. That snapshot is the per-category breakdown taken at the
+(the first creates the optimizer state; ``reset_mod_stats()`` before every forward after
+the first, which MemTracker requires and which keeps the running total and the peak), and
+read ``get_tracker_snapshot('peak')``. That snapshot is the per-category breakdown taken at the
 moment the tracked total was highest (a deep copy of the running snapshot whenever the
 total sets a new maximum), so its categories add up to its ``Total``: the simultaneous
 peak, the analogue of ``torch.cuda.max_memory_allocated`` (tensor bytes only, no 512-B
@@ -13,7 +14,14 @@ A second, independent counter (:class:`LiveBytes`, a ``TorchDispatchMode`` with 
 reference per storage) runs alongside and labels every moment with the phase it is in, so
 the measurement says where the peak happens and what is live at notable moments.
 :func:`measure_real_cpu_peak` checks both against a real (allocating) CPU run through the
-profiler's allocator events.
+profiler's allocator events (equal within tens of bytes of wrapped 0-d scalars, plus the
+5,056-B CPU RNG state that non-reentrant checkpointing stashes, host memory on a GPU).
+
+Mixed precision runs CPU autocast with CUDA's fp32 op policy on top
+(:class:`CudaAutocastPolicy`), so the dtypes, and the bytes, are those of a CUDA run.
+What CUDA does differently and cannot be seen here: its SDPA kernels (flash / efficient
+keep dropout in-kernel; on CPU, attention dropout falls back to the math path), cuBLAS
+workspaces, the caching allocator's 512-B rounding and fragmentation, the CUDA context.
 
 Usage::
 

@@ -26,6 +26,9 @@ Both styles take norm, positions, gating, activation, biases and dropout from th
 a spec's parameter count is the model's (``tests/groundtruth/test_harness.py`` checks it).
 Dropout: transformers' Llama has attention dropout only; ``hidden_dropout > 0`` in a
 Llama-style spec is applied where GPT-2 applies it (an extension, documented here).
+Dropout runs ``torch.native_dropout``, the fused kernel CUDA uses, which saves a 1-byte
+mask; CPU's composite dropout would save an fp32 noise tensor instead, and the
+measurements stand in for a CUDA run (as ``measure.CudaAutocastPolicy`` does for dtypes).
 
 Attention: ``'eager'`` (explicit matmuls, the s² scores materialised) or ``'sdpa'``
 (``F.scaled_dot_product_attention(..., is_causal=True)``; no mask tensor is built, as
@@ -104,6 +107,24 @@ class CausalLMOutput(NamedTuple):
 
     loss: torch.Tensor | None
     logits: torch.Tensor
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Dropout as CUDA runs it: the fused kernel, saving a bool mask for backward."""
+    if not training or p == 0.0:
+        return x
+    return torch.native_dropout(x, p, True)[0]
+
+
+class Dropout(nn.Module):
+    """``nn.Dropout`` through :func:`dropout` (the CUDA kernel's saved tensors)."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
 
 
 # ---- building blocks ----------------------------------------------------------------------
@@ -272,7 +293,7 @@ class _AttentionBase(nn.Module):
             self.k_norm = make_norm(spec, spec.head_dim)
         else:
             self.q_norm = self.k_norm = None
-        self.resid_dropout = nn.Dropout(spec.hidden_dropout)
+        self.resid_dropout = Dropout(spec.hidden_dropout)
 
     def _heads(self, x: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:
         x = x.view(*x.shape[:-1], -1, self.head_dim)
@@ -298,7 +319,7 @@ class GPT2Attention(_AttentionBase):
             self.k_attn = Conv1D(self.kv_size, h, bias=spec.qkv_bias)
             self.v_attn = Conv1D(self.kv_size, h, bias=spec.qkv_bias)
         self.c_proj = Conv1D(h, self.q_size, bias=spec.attn_out_bias)
-        self.attn_dropout = nn.Dropout(spec.attention_dropout)
+        self.attn_dropout = Dropout(spec.attention_dropout)
         max_positions = spec.max_position_embeddings
         self.register_buffer(
             'bias', torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool))
@@ -368,7 +389,7 @@ class LlamaAttention(_AttentionBase):
         if attention_mask is not None:
             attn_weights = attn_weights + attention_mask[:, :, :, : key_states.shape[-2]]
         attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
-        attn_weights = F.dropout(attn_weights, p=self._dropout_p(), training=self.training)
+        attn_weights = dropout(attn_weights, self._dropout_p(), self.training)
         attn_output = torch.matmul(attn_weights, value_states)
         return attn_output.transpose(1, 2).contiguous()
 
@@ -403,7 +424,7 @@ class MLP(nn.Module):
         else:
             self.c_fc = linear(style, h, f, bias)
             self.c_proj = linear(style, f, h, bias)
-        self.dropout = nn.Dropout(spec.hidden_dropout)
+        self.dropout = Dropout(spec.hidden_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
@@ -466,7 +487,7 @@ class CausalLM(nn.Module):
             self.embed_positions = None
         self.rotary_emb = (RotaryEmbedding(spec.head_dim)
                            if spec.position_embedding == 'rotary' else None)
-        self.embed_dropout = nn.Dropout(spec.hidden_dropout)
+        self.embed_dropout = Dropout(spec.hidden_dropout)
         self.layers = nn.ModuleList(DecoderLayer(spec, style, attention, fused_qkv, tanh_gelu)
                                     for _ in range(spec.num_layers))
         self.norm = make_norm(spec)
