@@ -133,9 +133,10 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
     if m.gated_mlp:
         sharded += 4 * e * f
     elif m.python_gelu:
-        # 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))): pow runs in fp32 under CUDA autocast,
-        # so x³'s input, tanh, 1 + tanh are fp32; 0.5·x and the fc2 input are not.
-        sharded += (12 + 2 * e) * f
+        # 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) saves x, tanh, 0.5·x, 1 + tanh and the
+        # fc2 input. pow runs in fp32 under CUDA autocast, which makes x³'s input, tanh
+        # and 1 + tanh fp32 there.
+        sharded += ((12 + 2 * e) if r.autocast else 5 * e) * f
     else:
         sharded += 2 * e * f
     score = per_head = 0.0
@@ -143,7 +144,8 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
         # The fp32 softmax output, and what the AV matmul reads: its cast back to the
         # compute dtype, or dropout's output (with a 1-byte mask) when dropout is on.
         drop = _dropout(m.attention_dropout)
-        score = 4 + (e if (e != 4 or drop) else 0) + drop * MASK_BYTES
+        softmax = 4 if (m.softmax_fp32 or r.autocast) else e  # autocast runs it in fp32
+        score = softmax + (e if (e != softmax or drop) else 0) + drop * MASK_BYTES
     elif attention == 'flash':
         per_head = 4.0
     return LayerTerms(hidden=hidden, sharded=sharded, score=score, per_head_token=per_head,

@@ -304,6 +304,7 @@ def _gpt2(cfg: Config) -> dict[str, Any]:
         'ffn_size': _int(cfg, 'n_inner', 4 * hidden), 'vocab_size': _int(cfg, 'vocab_size'),
         'gated_mlp': False, **_activation(cfg, 'activation_function', 'gelu_new'),
         'fused_qkv': True, 'tied_embeddings': _bool(cfg, 'tie_word_embeddings', True),
+        'softmax_fp32': False,  # GPT2Attention's softmax keeps the scores' dtype
         'position_embedding': 'learned',
         'max_position_embeddings': _int(cfg, 'n_positions', 1024), 'norm': 'layernorm',
         'qkv_bias': True, 'attn_out_bias': True, 'mlp_bias': True,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.activations import RECOMPUTE_CODES, edge_bytes, layer_terms
+from planner.activations import RECOMPUTE_CODES, EdgeBytes, edge_bytes, layer_terms
 from planner.hardware import GpuSpec
 from planner.model_spec import ModelSpec
 from planner.model_states import OFFLOAD_CODES, model_state_bytes, stage_params
@@ -152,89 +152,27 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     top_bwd_tmp = bwd_tmp + np.where(rc == 2, layer_full, 0.0)
     fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c)
 
-    stages = {}
-    for stage in ('first', 'last'):
-        params = stage_params(model, t, pp, cfg.ep, stage, opts.lora)
-        ms = model_state_bytes(model, r, opt, params=params, dp=cfg.dp, cp=c, ep=cfg.ep,
-                               zero=cfg.zero, offload=cfg.offload, framework=opts.framework,
-                               foreach=opts.foreach, lora=opts.lora,
-                               prefetch_layers=opts.zero3_prefetch_layers)
-        is_first = stage == 'first'
-        is_last = (stage == 'last') | (pp == 1)
-        stage_inflight = inflight if is_first else 1.0
-        # autocast saves a low-precision copy of every weight a saved matmul uses; under
-        # full recompute only the layer being recomputed (and the head) holds them.
-        autocast = np.zeros(()) if not r.autocast or opts.lora is not None else \
-            r.act_bytes * (params.head_matmul + params.layer_matmul * np.where(
-                rc == 2, 1.0, layers * stage_inflight))
-        acts = layer_act * layers * stage_inflight
-        acts = acts + np.where(is_first | (pp == 1), edge.first_stage * stage_inflight, 0.0)
-        acts = acts + np.where(is_last, edge.last_stage_saved, 0.0)
-        loss_fwd = np.where(is_last, edge.loss_forward_peak, 0.0)
-        loss_bwd = np.where(is_last, edge.loss_backward_peak, 0.0)
-
-        # Megatron keeps one contiguous gradient buffer for the whole run; torch.optim
-        # users zero_grad(set_to_none=True), so gradients live from the first backward to
-        # the step, i.e. during forward only when accumulating.
-        persistent_grads = opts.framework == 'megatron'
-        grads_live = np.where(persistent_grads | (m > 1), ms.gradients, 0.0)
-        # The top layer's backward starts once the loss's buffers and saved tensors are
-        # freed and the head's gradient is written; the larger of the two moments counts.
-        last_saved = np.where(is_last, edge.last_stage_saved, 0.0)
-        head_grads = np.where(grads_live > 0, 0.0, ms.head_gradients)
-        top_layer_wins = top_bwd_tmp + head_grads - last_saved > loss_bwd
-        buffers = ms.ddp_buckets + ms.zero_buckets
-        static = ms.weights + ms.optimizer_states + buffers
-        first_edge = np.where(is_first | (pp == 1), edge.first_stage, 0.0)
-        # What each phase adds to the model states. The last layer's attention scores
-        # die before the logits are made, and the top layer's backward temporaries are
-        # made after the loss's backward buffers are freed: only the larger one counts.
-        parts = {
-            'forward_end': {'activations': acts,
-                            'logits': np.where(loss_fwd >= fwd_tmp, loss_fwd, 0.0),
-                            'attention_scores_temp': np.where(loss_fwd < fwd_tmp, fwd_tmp, 0.0),
-                            'autocast_copies': autocast},
-            'backward_start': {'activations': np.where(top_layer_wins, acts - last_saved, acts),
-                               'logits': np.where(top_layer_wins, 0.0, loss_bwd),
-                               'backward_temp': np.where(top_layer_wins, top_bwd_tmp, 0.0),
-                               'autocast_copies': autocast,
-                               'zero3_gathered_grad': ms.zero3_gathered_grad},
-            # The bottom layer's backward: its activations (recomputed under full
-            # recompute) still live, every gradient but the input embedding's written.
-            'backward_end': {'activations': first_edge + np.where(rc == 2, layer_full,
-                                                                  layer_act),
-                             'autocast_copies': np.where(
-                                 r.autocast & (opts.lora is None),
-                                 r.act_bytes * params.layer_matmul, 0.0),
-                             'backward_temp': bwd_tmp,
-                             'zero3_gathered_grad': ms.zero3_gathered_grad},
-            'optimizer_step': {'optimizer_step_temp': ms.optimizer_step_temp},
-        }
-        totals = {}
-        # At the bottom layer's MLP backward, the embedding's and most of that layer's
-        # gradients are still to come.
-        pending = ms.embedding_gradients + ms.bottom_layer_gradients
-        grads_at = {'forward_end': grads_live,
-                    'backward_start': grads_live + np.where(top_layer_wins, head_grads, 0.0),
-                    'backward_end': np.maximum(grads_live, ms.gradients - pending),
-                    'optimizer_step': ms.gradients}
-        for phase, extra in parts.items():
-            base = static + grads_at[phase]
-            if phase != 'optimizer_step':
-                base = base + ms.zero3_gathered
-            totals[phase] = base + sum(extra.values())
-        stages[stage] = (ms, parts, totals, grads_at, buffers)
-
-    # The most loaded stage: compare the two stages' peaks.
-    peaks = {k: np.max(np.stack(np.broadcast_arrays(*v[2].values())), axis=0)
-             for k, v in stages.items()}
-    use_last = peaks['last'] > peaks['first']
-    phase_bytes = {p: np.where(use_last, stages['last'][2][p], stages['first'][2][p])
-                   for p in PHASES}
+    shared = _Shared(layer_act=layer_act, layer_full=layer_full, layers=layers,
+                     inflight=inflight, edge=edge, bwd_tmp=bwd_tmp, top_bwd_tmp=top_bwd_tmp,
+                     fwd_tmp=fwd_tmp)
+    # Every phase as named parts, for the first and the last pipeline stage.
+    stage_phases = [_stage_phases(model, r, opt, opts, cfg, stage, shared)
+                    for stage in ('first', 'last')]
+    totals = [{p: sum(parts.values()) for p, parts in phases.items()}
+              for phases in stage_phases]
+    # The most loaded stage is the one with the higher peak.
+    use_last = np.max(np.stack(np.broadcast_arrays(*totals[1].values())), axis=0) > \
+        np.max(np.stack(np.broadcast_arrays(*totals[0].values())), axis=0)
+    phase_bytes = {p: np.where(use_last, totals[1][p], totals[0][p]) for p in PHASES}
     stacked = np.stack(np.broadcast_arrays(*phase_bytes.values()))
     peak_phase = np.argmax(stacked, axis=0)
     tensor_peak = np.max(stacked, axis=0)
-    components = _components_at_peak(stages, use_last, peak_phase)
+    components: dict[str, np.ndarray] = {}
+    for i, phase in enumerate(PHASES):
+        for pick, phases in ((~use_last, stage_phases[0]), (use_last, stage_phases[1])):
+            here = pick & (peak_phase == i)
+            for name, value in phases[phase].items():
+                components[name] = components.get(name, 0.0) + np.where(here, value, 0.0)
 
     world = cfg.tp * cfg.pp * cfg.cp * cfg.dp
     overhead = {
@@ -248,28 +186,91 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
                         activations_per_layer_bytes=np.asarray(layer_act, float))
 
 
-def _components_at_peak(stages, use_last, peak_phase) -> dict[str, np.ndarray]:
-    """Named parts of the peak phase of the chosen stage; they sum to the tensor peak."""
-    out: dict[str, np.ndarray] = {}
-    for stage, (ms, parts, _totals, grads_at, buffers) in stages.items():
-        pick = use_last if stage == 'last' else ~use_last
-        for i, phase in enumerate(PHASES):
-            here = pick & (peak_phase == i)
-            named = {
-                'weights': ms.weights,
-                'gradients': grads_at[phase],
-                'optimizer_states': ms.optimizer_states,
-                'buffers': buffers,
-                'zero3_gathered': ms.zero3_gathered if phase != 'optimizer_step' else 0.0,
-                **parts[phase],
-            }
-            for name, value in named.items():
-                out[name] = out.get(name, 0.0) + np.where(here, value, 0.0)
-    for name in ('activations', 'logits', 'attention_scores_temp', 'autocast_copies',
-                 'backward_temp',
-                 'optimizer_step_temp', 'zero3_gathered_grad'):
-        out.setdefault(name, np.zeros_like(peak_phase, dtype=float))
-    return out
+@dataclass(frozen=True)
+class _Shared:
+    """Per-micro-batch activation figures both stages use (arrays)."""
+
+    layer_act: np.ndarray  # one layer's saved bytes under the chosen recompute mode
+    layer_full: np.ndarray  # one layer's saved bytes without recompute
+    layers: np.ndarray  # layers on the most loaded stage
+    inflight: np.ndarray  # micro-batches in flight on the first stage
+    edge: EdgeBytes
+    bwd_tmp: np.ndarray  # a layer's backward temporaries
+    top_bwd_tmp: np.ndarray  # the top layer's, with its recomputation
+    fwd_tmp: np.ndarray  # eager attention scores before the softmax
+
+
+def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
+                  stage: str, sh: _Shared) -> dict[str, dict[str, np.ndarray]]:
+    """Named parts of every phase of one pipeline stage (they sum to the phase total)."""
+    pp, rc, e = cfg.pp, cfg.recompute, r.act_bytes
+    params = stage_params(model, cfg.tp, pp, cfg.ep, stage, opts.lora)
+    ms = model_state_bytes(model, r, opt, params=params, dp=cfg.dp, cp=cfg.cp, ep=cfg.ep,
+                           zero=cfg.zero, offload=cfg.offload, framework=opts.framework,
+                           foreach=opts.foreach, lora=opts.lora,
+                           prefetch_layers=opts.zero3_prefetch_layers)
+    first = (stage == 'first') | (pp == 1)
+    last = (stage == 'last') | (pp == 1)
+    inflight = sh.inflight if stage == 'first' else 1.0
+    first_edge = np.where(first, sh.edge.first_stage, 0.0)
+    last_saved = np.where(last, sh.edge.last_stage_saved, 0.0)
+    acts = sh.layer_act * sh.layers * inflight + first_edge * inflight + last_saved
+    loss_fwd = np.where(last, sh.edge.loss_forward_peak, 0.0)
+    loss_bwd = np.where(last, sh.edge.loss_backward_peak, 0.0)
+
+    # autocast keeps a low-precision copy of each weight a saved matmul reads, until that
+    # matmul's backward. Under full recompute the layers save none until recomputed, but
+    # autocast's cast cache holds every copy until the autocast region (forward and loss)
+    # exits.
+    casting = r.autocast and opts.lora is None
+    head_cast = e * params.head_matmul if casting else np.zeros(())
+    layer_cast = e * params.layer_matmul if casting else np.zeros(())
+    cached_casts = head_cast + layer_cast * sh.layers * inflight
+    stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers * inflight)
+
+    # Megatron keeps one contiguous gradient buffer for the whole run; torch.optim users
+    # zero_grad(set_to_none=True), so gradients live from the first backward to the
+    # step, i.e. during forward only when accumulating.
+    grads_live = np.where((opts.framework == 'megatron') | (cfg.grad_accum > 1),
+                          ms.gradients, 0.0)
+    head_grads = np.where(grads_live > 0, 0.0, ms.head_gradients)
+    # At the bottom layer's MLP backward, the embedding's and most of that layer's
+    # gradients are still to come.
+    pending = ms.embedding_gradients + ms.bottom_layer_gradients
+
+    static = {'weights': ms.weights, 'optimizer_states': ms.optimizer_states,
+              'buffers': ms.ddp_buckets + ms.zero_buckets}
+    gathered = {'zero3_gathered': ms.zero3_gathered}
+    # The last layer's attention scores die before the logits are made.
+    scores_win = sh.fwd_tmp > loss_fwd
+    forward_end = {**static, **gathered, 'gradients': grads_live, 'activations': acts,
+                   'logits': np.where(scores_win, 0.0, loss_fwd),
+                   'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
+                   'autocast_copies': cached_casts}
+    # Backward starts with the loss (its buffers beside every activation), then the top
+    # layer (loss tensors freed, the head's gradient written and its cast freed, the
+    # layer recomputed under full recompute). The larger moment counts.
+    loss_moment = {'gradients': grads_live, 'activations': acts, 'logits': loss_bwd,
+                   'autocast_copies': stored_casts}
+    layer_moment = {'gradients': grads_live + head_grads, 'activations': acts - last_saved,
+                    'backward_temp': sh.top_bwd_tmp,
+                    'autocast_copies': stored_casts - head_cast
+                    + np.where(rc == 2, layer_cast, 0.0)}
+    layer_wins = sum(layer_moment.values()) > sum(loss_moment.values())
+    backward_start = {**static, **gathered, 'zero3_gathered_grad': ms.zero3_gathered_grad}
+    for name in set(loss_moment) | set(layer_moment):
+        backward_start[name] = np.where(layer_wins, layer_moment.get(name, 0.0),
+                                        loss_moment.get(name, 0.0))
+    # The bottom layer's backward: its activations (recomputed under full recompute)
+    # still live, nearly every gradient written.
+    backward_end = {**static, **gathered, 'zero3_gathered_grad': ms.zero3_gathered_grad,
+                    'gradients': np.maximum(grads_live, ms.gradients - pending),
+                    'activations': first_edge + np.where(rc == 2, sh.layer_full, sh.layer_act),
+                    'autocast_copies': layer_cast, 'backward_temp': sh.bwd_tmp}
+    optimizer_step = {**static, 'gradients': ms.gradients,
+                      'optimizer_step_temp': ms.optimizer_step_temp}
+    return {'forward_end': forward_end, 'backward_start': backward_start,
+            'backward_end': backward_end, 'optimizer_step': optimizer_step}
 
 
 def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp) -> np.ndarray:
@@ -286,9 +287,9 @@ def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp) -> np.ndarray:
     if m.gated_mlp:
         per_element = 2 * e
     elif m.python_gelu:
-        # the product's two input gradients in fp32 beside the incoming one (and its
-        # fp32 upcast under autocast)
-        per_element = 12 - e
+        # the product's two input gradients beside the incoming one (fp32 under autocast,
+        # with the incoming one's upcast)
+        per_element = (12 - e) if r.autocast else 2 * e
     else:
         per_element = e
     wide = per_element * tokens * f / t

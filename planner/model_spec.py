@@ -77,6 +77,7 @@ class ModelSpec:
     fused_qkv: bool = False  # one qkv projection (GPT-2, GPT-NeoX, Phi-3)
     fused_gate_up: bool = False  # one gate_up projection (Phi-3)
     python_gelu: bool = False  # GELU written as Python ops (HF "gelu_new"): saves 4 tensors
+    softmax_fp32: bool = True  # eager softmax upcast to fp32 (HF Llama family; not GPT-2)
     source: str = ''  # where the shape comes from, in words
 
     def __post_init__(self) -> None:
