@@ -240,10 +240,12 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
 
     static = {'weights': ms.weights, 'optimizer_states': ms.optimizer_states,
               'buffers': ms.ddp_buckets + ms.zero_buckets}
-    gathered = {'zero3_gathered': ms.zero3_gathered}
+    top = {'zero3_gathered': ms.zero3_gathered_top}
+    bottom = {'zero3_gathered': ms.zero3_gathered_bottom,
+              'unsharded_grad': ms.unsharded_grad_bottom}
     # The last layer's attention scores die before the logits are made.
     scores_win = sh.fwd_tmp > loss_fwd
-    forward_end = {**static, **gathered, 'gradients': grads_live, 'activations': acts,
+    forward_end = {**static, **top, 'gradients': grads_live, 'activations': acts,
                    'logits': np.where(scores_win, 0.0, loss_fwd),
                    'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
                    'autocast_copies': cached_casts}
@@ -253,17 +255,17 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     loss_moment = {'gradients': grads_live, 'activations': acts, 'logits': loss_bwd,
                    'autocast_copies': stored_casts}
     layer_moment = {'gradients': grads_live + head_grads, 'activations': acts - last_saved,
-                    'backward_temp': sh.top_bwd_tmp,
+                    'backward_temp': sh.top_bwd_tmp, 'unsharded_grad': ms.unsharded_grad_top,
                     'autocast_copies': stored_casts - head_cast
                     + np.where(rc == 2, layer_cast, 0.0)}
     layer_wins = sum(layer_moment.values()) > sum(loss_moment.values())
-    backward_start = {**static, **gathered, 'zero3_gathered_grad': ms.zero3_gathered_grad}
+    backward_start = {**static, **top}
     for name in set(loss_moment) | set(layer_moment):
         backward_start[name] = np.where(layer_wins, layer_moment.get(name, 0.0),
                                         loss_moment.get(name, 0.0))
     # The bottom layer's backward: its activations (recomputed under full recompute)
     # still live, nearly every gradient written.
-    backward_end = {**static, **gathered, 'zero3_gathered_grad': ms.zero3_gathered_grad,
+    backward_end = {**static, **bottom,
                     'gradients': np.maximum(grads_live, ms.gradients - pending),
                     'activations': first_edge + np.where(rc == 2, sh.layer_full, sh.layer_act),
                     'autocast_copies': layer_cast, 'backward_temp': sh.bwd_tmp}

@@ -35,7 +35,8 @@ class StageParams:
     matmul: np.ndarray
     trainable_dense: np.ndarray
     trainable_expert: np.ndarray
-    largest_gathered: np.ndarray  # the biggest unit ZeRO-3 gathers at once
+    top_unit: np.ndarray  # what ZeRO-3 gathers at the top of the stage: head or a layer
+    bottom_unit: np.ndarray  # ... at its bottom, at the end of backward: embedding or layer
     layer: np.ndarray  # one transformer layer, the unit prefetched next
     layers: np.ndarray  # transformer layers on this stage
     layer_matmul: np.ndarray  # matmul weights of one layer (what autocast casts)
@@ -126,12 +127,14 @@ def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> 
     if m.moe is not None:
         per_layer = np.maximum(per_layer, attn_sh / t + attn_rep
                                + m.moe.num_experts / ep * (e_sh / t + e_rep) + shared + router)
-    largest = np.maximum(per_layer, np.maximum(embed_part, head_part))
+    top_unit = np.maximum(per_layer, head_part)
+    bottom_unit = np.maximum(per_layer, embed_part)
     return StageParams(dense=np.asarray(dense, float), expert=np.asarray(expert, float),
                        matmul=np.asarray(matmul, float),
                        trainable_dense=np.asarray(trainable_dense, float),
                        trainable_expert=np.asarray(trainable_expert, float),
-                       largest_gathered=np.asarray(largest, float),
+                       top_unit=np.asarray(top_unit, float),
+                       bottom_unit=np.asarray(bottom_unit, float),
                        layer=np.asarray(per_layer, float), layers=np.asarray(layers, float),
                        layer_matmul=np.asarray(matmul_per_layer, float),
                        head_matmul=np.asarray(head_matmul, float),
@@ -158,8 +161,10 @@ class ModelStateBytes:
     optimizer_step_temp: np.ndarray
     ddp_buckets: np.ndarray
     zero_buckets: np.ndarray
-    zero3_gathered: np.ndarray
-    zero3_gathered_grad: np.ndarray
+    zero3_gathered_top: np.ndarray  # gathered weights at the top (forward end, backward start)
+    zero3_gathered_bottom: np.ndarray  # and at the bottom (end of backward)
+    unsharded_grad_top: np.ndarray  # ZeRO-2/3: the unit's gradient before reduce-scatter
+    unsharded_grad_bottom: np.ndarray
     embedding_gradients: np.ndarray
     bottom_layer_gradients: np.ndarray  # one layer's, but its MLP output projection
     head_gradients: np.ndarray  # written first in backward
@@ -212,12 +217,13 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
     bucket = ZERO_BUCKET_ELEMENTS_PER_H2 * m.hidden_size ** 2
     zero_b = np.where(multi & (zero >= 1) & (framework == 'hf'),
                       np.minimum(bucket, train_total) * (r.grad_bytes + r.weight_bytes), 0.0)
-    # ZeRO-3 gathers the unit in use (the largest: often the embedding) while the next
-    # layers are prefetched; backward also holds that unit's unsharded gradient.
-    gathering = (zero == 3) & multi
-    gathered_w = np.where(gathering, (params.largest_gathered + prefetch_layers * params.layer)
-                          * r.weight_bytes, 0.0)
-    gathered_g = np.where(gathering, params.largest_gathered * r.grad_bytes, 0.0)
+    # ZeRO-3 gathers the unit in use (the head at the top of the last stage, the embedding
+    # at the bottom of the first, else a layer) while the next layers are prefetched.
+    # ZeRO-2 and 3 produce each unit's gradient whole, in the weights' dtype, before it is
+    # reduce-scattered into the shard (DeepSpeed's 4 x largest layer in fp16: 2 + 2).
+    def gathered(unit, prefetch, stages):
+        on = (zero >= min(stages)) & multi
+        return np.where(on, (unit + prefetch * params.layer) * r.weight_bytes, 0.0)
     def grad_bytes(elements):
         if lora is not None:
             return np.zeros_like(elements)
@@ -227,7 +233,10 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
     bottom_layer = grad_bytes(np.maximum(params.layer - params.layer_out_proj, 0.0))
     return ModelStateBytes(weights=weights, gradients=gradients, optimizer_states=opt_states,
                            optimizer_step_temp=temp, ddp_buckets=ddp, zero_buckets=zero_b,
-                           zero3_gathered=gathered_w, zero3_gathered_grad=gathered_g,
+                           zero3_gathered_top=gathered(params.top_unit, prefetch_layers, (3,)),
+                           zero3_gathered_bottom=gathered(params.bottom_unit, 0, (3,)),
+                           unsharded_grad_top=gathered(params.top_unit, 0, (2, 3)),
+                           unsharded_grad_bottom=gathered(params.bottom_unit, 0, (2, 3)),
                            embedding_gradients=np.asarray(embedding_grads, float),
                            bottom_layer_gradients=np.asarray(bottom_layer, float),
                            head_gradients=np.asarray(grad_bytes(params.head_matmul), float))

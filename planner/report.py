@@ -21,7 +21,7 @@ COMPONENT_LABELS: dict[str, str] = {
     'autocast_copies': 'autocast weight copies',
     'backward_temp': 'backward temporaries',
     'zero3_gathered': 'ZeRO-3 gathered layers',
-    'zero3_gathered_grad': 'ZeRO-3 unsharded layer grads',
+    'unsharded_grad': 'unsharded grads before reduce-scatter',
     'buffers': 'DDP/ZeRO buckets',
 }
 OVERHEAD_LABELS: dict[str, str] = {

@@ -17,7 +17,7 @@ def _states(params: float, recipe: str, zero: int, dp: int, framework: str = 'me
     p = np.asarray(float(params))
     zero_ = np.zeros(())
     stage = StageParams(dense=p, expert=zero_, matmul=p, trainable_dense=p,
-                        trainable_expert=zero_, largest_gathered=zero_, layer=zero_,
+                        trainable_expert=zero_, top_unit=zero_, bottom_unit=zero_, layer=zero_,
                         layers=zero_, layer_matmul=zero_, head_matmul=zero_, embedding=zero_,
                         layer_out_proj=zero_)
     ms = model_state_bytes(_megatron_gpt(64, 6144, 48), RECIPES[recipe], OPTIMIZERS['adamw'],
