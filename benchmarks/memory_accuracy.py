@@ -44,6 +44,7 @@ final norm's input, added as if all were live at once.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import statistics
@@ -59,12 +60,12 @@ MB = 1e6
 PEAK_FIELD = '(weight+op_state+grad+act)_memory_per_gpu'
 
 try:
-    from llm_analysis import __version__ as LLM_ANALYSIS_VERSION  # noqa: N812
     from llm_analysis.analysis import ActivationRecomputation, DSZeRO, LLMAnalysis
     from llm_analysis.config import DtypeConfig, GPUConfig, ModelConfig, ParallelismConfig
     from llm_analysis.logger import logger as _lla_logger
 
     _lla_logger.setLevel(logging.ERROR)  # it logs every term at INFO
+    LLM_ANALYSIS_VERSION = importlib.metadata.version('llm-analysis')
 except ImportError:  # pragma: no cover - depends on the environment
     LLMAnalysis = None
     LLM_ANALYSIS_VERSION = None

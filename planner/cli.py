@@ -23,6 +23,7 @@ from planner.training import (
     RECOMPUTE_MODES,
     LoraSpec,
     TrainingSetup,
+    check_fits_model,
 )
 
 EXIT_BAD_INPUT = 2
@@ -151,14 +152,18 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
     model = resolve_model(args.model)
     gpu = find_gpu(args.gpu) if args.gpu else None
+    if args.tp > args.gpus_per_node:
+        raise InputError('--tp', f'{args.tp} exceeds the {args.gpus_per_node} GPUs of a node '
+                         '(TP stays inside a node)', f'at most {args.gpus_per_node}')
+    layout = {'tp': args.tp, 'pp': args.pp, 'vpp': args.vpp, 'cp': args.cp, 'ep': args.ep}
+    # The model's own limits first (heads, layers): they name the flag to change.
+    check_fits_model(TrainingSetup(seq_len=args.seq_len, **layout,
+                                   dp=max(args.ep, 1)), model)
     world = args.nodes * args.gpus_per_node
     per_replica = args.tp * args.pp * args.cp
     if world % per_replica:
         raise InputError('--gpus-per-node', f'{world} GPUs are not divisible by tp x pp x cp '
                          f'= {per_replica}', f'a multiple of {per_replica} GPUs')
-    if args.tp > args.gpus_per_node:
-        raise InputError('--tp', f'{args.tp} exceeds the {args.gpus_per_node} GPUs of a node '
-                         '(TP stays inside a node)', f'at most {args.gpus_per_node}')
     setup = TrainingSetup(
         seq_len=args.seq_len, micro_batch=args.micro_batch, grad_accum=args.grad_accum,
         precision=args.precision, optimizer=args.optimizer, zero=args.zero,

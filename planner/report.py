@@ -90,9 +90,10 @@ def estimate_text(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
         f'Per-GPU memory at the peak ({est.peak_phase.replace("_", " ")}):',
     ]
     width = 32
+    always = ('weights', 'gradients', 'optimizer_states', 'activations')
     for key, label in COMPONENT_LABELS.items():
         value = est.components.get(key, 0)
-        if value:
+        if value or key in always:
             lines.append(f'  {label:<{width}}{gib(value):>14}')
     lines.append(f'  {"tensor peak":<{width}}{gib(est.tensor_peak_bytes):>14}'
                  '   ~ torch.cuda.max_memory_allocated')
