@@ -21,7 +21,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 run: $(VENV)/.installed-run
 	$(BIN)/batchfit estimate --model llama-3.1-8b --seq-len 4096 --micro-batch 2 \
-		--gpu h100-sxm --gpus-per-node 8 --zero 1 --recompute selective
+		--gpu h100-sxm --gpus-per-node 8 --zero 3 --recompute full
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -85,6 +85,24 @@ FALLBACK_CURVE = EfficiencyCurve('unknown', 0.45, 500e12 * _KERNEL_LOSS_S,
                                  'fallback for an unknown GPU family')
 
 
+# Eager PyTorch (FSDP/DDP over transformers-style modules, no fused kernels, no
+# torch.compile) gets less from the same GEMMs than Megatron's fused kernels, which the
+# curves above are calibrated on. Factors from torchtitan's published runs
+# (docs/performance.md, FSDP2, bf16, Llama-3-8B, selective AC) against this model:
+#   8 x H100 SXM, b2, s8192: 5,762 tokens/s/GPU measured, 9,488 modelled -> 0.61
+#   64 x A100 80GB, b1, s8192: 2,904 tokens/s/GPU measured, 3,367 modelled -> 0.86
+# Other families take the midpoint (unverified). Calibration replaces all of this.
+EAGER_PYTORCH_FACTORS: dict[str, float] = {'hopper': 0.61, 'ampere': 0.86}
+EAGER_PYTORCH_DEFAULT_FACTOR = 0.75
+
+
+def framework_factor(framework: str, family: str) -> float:
+    """Efficiency of ``framework``'s kernels relative to Megatron's on this GPU family."""
+    if framework == 'megatron':
+        return 1.0
+    return EAGER_PYTORCH_FACTORS.get(family.lower(), EAGER_PYTORCH_DEFAULT_FACTOR)
+
+
 def default_curve(family: str) -> EfficiencyCurve:
     """The documented default curve for a GPU family (a fallback for unknown ones)."""
     return DEFAULT_CURVES.get(family.lower(), FALLBACK_CURVE)
@@ -176,21 +194,25 @@ def gemm_flops(hidden_size: int, tokens_per_gpu: np.ndarray, tp: np.ndarray) -> 
 
 def matmul_efficiency(family: str, gemm_flops_per_gpu: np.ndarray,
                       micro_batch: np.ndarray | None = None,
-                      profile: CalibrationProfile | Mapping | None = None) -> np.ndarray:
+                      profile: CalibrationProfile | Mapping | None = None,
+                      framework: str = 'megatron') -> np.ndarray:
     """Achieved fraction of peak for each configuration.
 
     Args:
         family: ``GpuSpec.family``; picks the default curve.
         gemm_flops_per_gpu: FLOPs of the representative GEMM (:func:`gemm_flops`).
         micro_batch: sequences per GPU, needed when the profile is keyed by micro-batch.
-        profile: measured efficiencies replacing the default curve.
+        profile: measured efficiencies replacing the default curve (and the framework
+            factor: a measurement already is of the user's framework).
+        framework: ``megatron`` (fused kernels) or ``hf`` (eager PyTorch); see
+            :func:`framework_factor`.
 
     Raises:
         InputError: a micro-batch profile without ``micro_batch``.
     """
     cal = as_profile(profile)
     if cal is None:
-        return default_curve(family).at(gemm_flops_per_gpu)
+        return default_curve(family).at(gemm_flops_per_gpu) * framework_factor(framework, family)
     if cal.axis == 'micro_batch':
         if micro_batch is None:
             raise InputError('calibration', 'a micro-batch profile needs the micro-batch')

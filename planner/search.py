@@ -325,8 +325,8 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
         sequence_parallel=np.full(rows.size, req.limits.sequence_parallel))
     st = step_time_arrays(req.model, req.seq_len, req.gpu, req.inter_node, layout,
                           precision=req.precision, optimizer=req.optimizer,
-                          attention=req.attention, options=req.step_options,
-                          calibration=req.calibration)
+                          attention=req.attention, framework=req.framework,
+                          options=req.step_options, calibration=req.calibration)
     step(0.85)
     if req.length is not None:
         tr = training_time(st.step_time_s, batch, req.seq_len, st.gpus, req.length, req.price)

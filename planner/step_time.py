@@ -169,7 +169,7 @@ def _ring_bandwidth(span_gpus, members_per_node, gpus_per_node, intra_bps, inter
 def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: LinkSpec | None,
                      layout: LayoutArrays, *, precision: str = 'bf16-mixed',
                      optimizer: str = 'adamw', attention: str = 'flash',
-                     options: StepTimeOptions | None = None,
+                     framework: str = 'megatron', options: StepTimeOptions | None = None,
                      calibration: CalibrationProfile | Mapping | None = None) -> StepTimeArrays:
     """Time one optimizer step for every candidate in ``layout``.
 
@@ -183,6 +183,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
         optimizer: an ``OPTIMIZERS`` key (state tensors touched by the update).
         attention: ``flash`` skips the masked half of causal attention; ``eager``
             computes it.
+        framework: ``megatron`` (fused kernels, the curves' reference) or ``hf`` (eager
+            PyTorch, slower; ``planner.efficiency.framework_factor``).
         options: model constants; defaults documented in docs/time-model.md.
         calibration: measured efficiencies replacing the default curve.
 
@@ -219,7 +221,7 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                          layers * layer_tok + head_tok)
     tokens_mb = b * s / c  # tokens of one micro-batch on one rank
     gemm = gemm_flops(h, tokens_mb, t)
-    eta = matmul_efficiency(gpu.family, gemm, b, calibration)
+    eta = matmul_efficiency(gpu.family, gemm, b, calibration, framework)
     busy_layers = first_layers
     # Memory-bound work between the GEMMs (norms, activations, dropout, residual adds and,
     # with eager attention, the s^2 softmax) costs bytes / HBM bandwidth. It is what makes

@@ -272,3 +272,16 @@ def test_recompute_codes_agree_across_modules():
 
     assert RECOMPUTE_MODES == SETUP_MODES
     assert [RECOMPUTE_CODES[mode] for mode in RECOMPUTE_MODES] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(('gpu', 'gpus', 'micro', 'measured'), [
+    ('h100-sxm', 8, 2, 5762),      # torchtitan docs/performance.md, FSDP2, selective AC
+    ('a100-80g-sxm', 64, 1, 2904),
+])
+def test_eager_pytorch_matches_torchtitan(gpu, gpus, micro, measured):
+    """Llama-3-8B under FSDP with eager PyTorch, s8192: tokens/s/GPU within 10 %."""
+    lay = layout(gpus, 1, 1, 1, micro, gpus * micro, 1, zero=3)
+    st = step_time_arrays(find_preset('llama-3-8b'), 8192, find_gpu(gpu),
+                          find_interconnect('ib-ndr'), lay, precision='amp-bf16',
+                          attention='flash', framework='hf')
+    assert float(st.tokens_per_s) / gpus == pytest.approx(measured, rel=0.10)
