@@ -26,7 +26,8 @@ How a case maps onto llm-analysis 0.2.2 (:func:`llm_analysis_run`):
   32-bit weights onto the fp16 peak there; the memory numbers do not use it.
 * ``training()``: the micro-batch, gradient accumulation, sequence length,
   ``activation_recomputation`` NONE or FULL, ``ds_zero`` NONE, ``flash_attn`` for SDPA
-  cases, ``softmax_dropout`` when the model has attention dropout, ``layernorm_dtype_bytes``
+  cases, ``softmax_dropout`` when the model has attention dropout and attention is eager
+  (flash kernels keep the mask in-kernel), ``layernorm_dtype_bytes``
   = the residual stream's bytes, ``mlp_gated_linear_units`` for SwiGLU models,
   ``master_weights_dtype_bytes`` = the gradient's bytes and ``other_op_bytes`` = the
   optimizer's state bytes (AdamW 2, SGD-momentum 1 state per parameter, in the recipe's

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.metadata
+import os
 import platform
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -52,17 +52,19 @@ docstring of `benchmarks/memory_accuracy.py`.
 <!-- BEGIN memory_accuracy -->
 <!-- END memory_accuracy -->
 
-**Where batchfit is off, and why.** Every case is within 2 %; the eleven cases above
-0.1 % are all the GPT-2 cases and the two Llama cases with full recompute, and all are
-*under*estimates:
+**Where batchfit is off, and why.** Every case is within 2 %. The nine cases off by more
+than 0.1 % are the seven GPT-2 cases and the two Llama cases with full recompute, and all
+nine are *under*estimates:
 
-- GPT-2 (all seven cases, about 3.1 MB each): bytes no configuration knob decides. The
+- GPT-2 (about 3.1 MB in each case): bytes that no configuration knob decides. The
   reference GPT-2, like older `transformers` releases, registers a causal-mask buffer of
-  max_positions² bytes per layer (3 layers × 1024² B = 3.15 MB), which batchfit does not
-  count (`tests/groundtruth/test_estimator_vs_memtracker.py`).
-- Full recompute on Llama (-1.0 % and -1.8 %): the recomputed layer's transient tensors in
-  the backward are priced per layer, not op by op, so a few short-lived buffers are
-  missed.
+  max_positions² bytes per layer (3 layers × 1024² B = 3.15 MB), and batchfit does not
+  count it (`tests/groundtruth/test_estimator_vs_memtracker.py`). The case with full
+  recompute is 0.5 MB further off.
+- Llama with full recompute: MemTracker puts the fp32/eager case's peak inside the
+  backward of the bottom layer's MLP. There batchfit's backward temporaries for a
+  recomputed layer are 4.2 MB short. The amp/flash case peaks at the end of the forward,
+  where the checkpointed inventory is 1.6 MB short.
 
 **Where llm-analysis is off, and why.** It underestimates every case, by 14–48 %. These
 are small Hugging Face-style models, where the terms it leaves out weigh more than at
@@ -70,13 +72,12 @@ are small Hugging Face-style models, where the terms it leaves out weigh more th
 
 - Parameters: one embedding matrix (an untied LM head is not counted), no biases, and
   2·h·ffn parameters per MLP (a SwiGLU MLP has 3).
-- Activations: the Korthikanti per-layer inventory of Megatron's fused kernels. It leaves
-  out what a PyTorch/HF step also keeps: the three ffn-wide SwiGLU tensors, RoPE copies,
-  fp32 norm statistics and the fp32 residual stream under autocast, the autocast weight
-  copies, and the loss's fp32 logits and log-softmax (it counts the logits once, in the
-  activation dtype).
-- Gradient accumulation: the gradient buffer live during the second micro-batch's
-  backward is in its sum, but nothing else changes with accumulation.
+- Activations: the Korthikanti per-layer inventory of Megatron's fused kernels, in which
+  the MLP saves 2 × ffn-wide tensors, not a SwiGLU's 3. It leaves out what an HF/PyTorch
+  step also keeps (`planner/activations.py`): RMSNorm's fp32 upcast, the fp32 residual
+  stream and the weight copies of autocast, and the loss's fp32 upcast of the logits and
+  its saved log-softmax. It counts the logits once, in the activation dtype. The worst
+  case (-48 %) is the one with the most activations per parameter.
 - It adds weights + gradients + optimizer state + activations as if all were live at once
   (version 0.2.2 on PyPI; the GitHub version takes max(activations, gradients), DOMAIN.md
   §12), and it adds a master-weight copy even to plain fp32 / bf16 PyTorch training.
@@ -84,7 +85,7 @@ are small Hugging Face-style models, where the terms it leaves out weigh more th
 
 **Time per estimate.** batchfit's single-configuration `estimate()` is slower than one
 llm-analysis `training()` call: it runs the vectorised code on 0-d numpy arrays, about
-650 small numpy and Python calls for each estimate. The vectorised path (section 2) is
+670 small numpy and Python calls for each estimate. The vectorised path (section 2) is
 what the plan search uses: there it costs well under a microsecond per configuration.
 
 **GPU.** No GPU was available in this session, so the comparison with CUDA's
@@ -97,7 +98,7 @@ fragmentation) is still to be done. The numbers here are tensor bytes on the CPU
 <!-- BEGIN bench_estimator -->
 <!-- END bench_estimator -->
 
-llm-analysis is a Python call per configuration (about 200 µs); batchfit's
+llm-analysis is a Python call per configuration (200–350 µs here); batchfit's
 `estimate_arrays` scores a million configurations in one numpy pass. The broadcast grid
 shares the terms that depend on fewer axes, so it is faster than flat arrays, which are
 what the search passes.
@@ -119,10 +120,17 @@ dependence on GEMM size. At its default efficiency of 1.0 it predicts the A100 p
 every model, more than twice the measured throughput. At 0.5 it lands within about 15 %,
 but flat at 156 TF/GPU: it does not show the paper's trend, 137 TF/GPU for 1.7B rising to
 163 for 530B and 1T. batchfit derives the efficiency from the GEMM size, plus memory-bound
-work, communication and the bubble. It follows the trend up to 310B. The two largest rows
-are 7 % low: there the model's pipeline bubble and P2P terms cost more than the
-paper's runs show. Its curve was calibrated on these rows (docs/time-model.md), so this is
-a consistency check, not an independent validation.
+work, communication and the bubble. It follows the trend up to 310B. The two largest
+rows are 7 % low. At 530B and 1T the GEMMs alone already run at the curve's ceiling
+(η = 0.60 of peak), and the model adds more on top than the paper's measured steps
+(52 % of peak overall) leave room for: the exposed TP collectives (3.4 s and 5.1 s per
+step, with no TP overlap) and the bubble (2.3 s and 6.4 s). batchfit's efficiency curve
+for A100 was calibrated on these rows (docs/time-model.md), so this is a consistency
+check, not an independent validation.
+
+llm-analysis's FLOP count also hard-codes a 4h, non-gated MLP (16·b·s·h² per layer).
+For SwiGLU models it undercounts the MLP: by about 24 % for Llama-3-70B (h 8192,
+ffn 28672). The Table 1 GPTs use 4h, so the error does not show in this table.
 """
 
 
@@ -144,7 +152,9 @@ def environment(commands: list[str]) -> str:
         f"- Machine: {fields.get('Model name', platform.processor() or 'unknown')}, "
         f"{fields.get('CPU(s)', '?')} CPUs ({fields.get('Core(s) per socket', '?')} cores per "
         f"socket, {fields.get('Thread(s) per core', '?')} thread per core), "
-        f'{platform.system()} {platform.machine()}; no GPU.',
+        f'{platform.system()} {platform.machine()}; no GPU. Load average at the start '
+        f'{os.getloadavg()[0]:.1f} (other sessions shared the machine: timings vary by '
+        'tens of percent between runs).',
         f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
         f"batchfit commit {commit or 'unknown'}{' with local changes' if dirty else ''}.",
         '- Versions: ' + ', '.join(f'{k} {v}' for k, v in versions.items()) + '.',
