@@ -30,8 +30,17 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
-bench: $(VENV)/.installed-test
-	$(BIN)/python -m benchmarks.run_all
+# Benchmarks get their own environment: llm-analysis (the peer compared side by side) pins
+# an old transformers that must not leak into the test environment.
+BENCH := .venv-bench
+$(BENCH)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BENCH)
+	$(BENCH)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH)/bin/python -m pip install --quiet -e '.[test]' llm-analysis
+	touch $@
+
+bench: $(BENCH)/.installed
+	$(BENCH)/bin/python -m benchmarks.run_all
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(BENCH) build dist .pytest_cache .ruff_cache .hypothesis
