@@ -1,6 +1,7 @@
 # Two commands on a fresh Linux machine with Python 3.10+:
 #   make run   - create .venv, install batchfit, run it on a built-in example
-#   make test  - create .venv, install the test extra (CPU torch), run lint and the whole suite
+#   make test  - create .venv, install the test and launchers extras (CPU torch), run lint and
+#                the whole suite (tests/launchers feeds exports to the launchers' own parsers)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -16,7 +17,10 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install --quiet -e '.[test,launchers]'
+	$(BIN)/python -m pip install --quiet --no-deps llamafactory==0.9.5 peft==0.18.1 \
+		omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 \
+		|| echo 'make: llamafactory not installed; its launcher test is skipped'
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run
@@ -27,6 +31,10 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 
 test: $(VENV)/.installed-test
+	@command -v sbatch >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-client >/dev/null; } \
+		|| echo 'make: sbatch not installed; the Slurm launcher check is skipped'
 	$(BIN)/ruff check .
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 

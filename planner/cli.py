@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument('--offload', choices=OFFLOAD_MODES, default='none')
     est.add_argument('--recompute', choices=RECOMPUTE_MODES, default='none')
     add_memory_option_args(est)
+    from planner.calibrate_cli import add_profile_arg  # --profile PATH|auto|none
+    add_profile_arg(est)
     est.add_argument('--json', action='store_true', help='one JSON document on stdout')
     est.set_defaults(run=_cmd_estimate)
     add_plan_command(sub)
@@ -129,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     models.set_defaults(run=_cmd_models)
 
     add_gpus_command(sub)
+    from planner.export_cli import add_export_commands  # plan files: show, export
+    add_export_commands(sub)
+    from planner.calibrate_cli import add_calibrate_command  # measure a GPU or the CPU
+    add_calibrate_command(sub)
     return parser
 
 
@@ -143,6 +149,8 @@ def lora_from_args(args: argparse.Namespace) -> LoraSpec | None:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
+    from planner.calibrate.apply import use_profile
+    from planner.calibrate.profile import choose_profile
     from planner.catalog import find_gpu
     from planner.memory import estimate
     from planner.model_source import resolve_model
@@ -169,11 +177,19 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         dp=world // per_replica, sequence_parallel=args.sequence_parallel,
         recompute=args.recompute, attention=args.attention, framework=args.framework,
         loss=args.loss, lora=lora_from_args(args), foreach=args.foreach)
-    est = estimate(model, setup, gpu, margin_fraction=args.margin)
+    # A profile of this GPU replaces the default overheads with measured ones.
+    loaded = choose_profile(args.profile, gpu)
+    calibration = None if loaded is None else use_profile(loaded, model=model, gpu=gpu)
+    est = estimate(model, setup, gpu, margin_fraction=args.margin,
+                   overheads=None if calibration is None else calibration.overheads)
     if args.json:
-        print(json.dumps(estimate_json(model, setup, est, gpu), indent=2))
+        doc = estimate_json(model, setup, est, gpu)
+        doc['calibration'] = None if calibration is None else calibration.summary()
+        print(json.dumps(doc, indent=2))
     else:
         print(estimate_text(model, setup, est, gpu))
+        if calibration is not None:
+            print(calibration.line())
     return 0
 
 

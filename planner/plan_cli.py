@@ -18,15 +18,17 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import InputError
+from planner.export_cli import add_save_export_args, save_and_export
 from planner.training import RECOMPUTE_MODES  # the same order as planner.step_time's
 
 if TYPE_CHECKING:
+    from planner.calibrate.apply import CalibrationUse
     from planner.guidance import Guidance
     from planner.hardware import GpuSpec
     from planner.search import Candidate, PlanRequest, SearchResult
 
 EXIT_NO_PLAN = 1
-PLAN_SCHEMA = 'batchfit.plan/1'
+PLAN_SCHEMA = 'batchfit.plan-result/1'  # plan files are 'batchfit.plan/N'
 # The network assumed between nodes when --inter-node is not given, by GPU family.
 DEFAULT_INTER_NODE = {'hopper': 'ib-ndr', 'blackwell': 'ib-xdr', 'ampere': 'ib-hdr',
                       'cdna3': 'roce-400', 'cdna2': 'slingshot-11', 'volta': 'ib-edr'}
@@ -162,6 +164,10 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help='allow PP sizes that do not divide the layers')
     p.add_argument('--no-sp', dest='sequence_parallel', action='store_false',
                    help='no sequence parallelism with TP')
+    from planner.calibrate_cli import add_profile_arg
+
+    add_profile_arg(p)
+    add_save_export_args(p)
     p.add_argument('--json', action='store_true', help='one JSON document on stdout')
     p.set_defaults(run=run_plan)
     return p
@@ -169,8 +175,12 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 # ---- building the request ---------------------------------------------------------------
 
-def request_from_args(args: argparse.Namespace) -> PlanRequest:
+def request_from_args(args: argparse.Namespace,
+                      calibration: CalibrationUse | None = None) -> PlanRequest:
     """The validated :class:`PlanRequest` the arguments describe.
+
+    ``calibration`` (from :func:`calibration_from_args`) supplies measured overheads,
+    efficiencies and step constants.
 
     Raises:
         InputError: an unknown model/GPU/network, or an inconsistent combination.
@@ -178,7 +188,7 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
     from planner.catalog import find_gpu, find_interconnect
     from planner.model_source import resolve_model
     from planner.search import LayoutLimits, PlanRequest
-    from planner.step_time import TrainingLength
+    from planner.step_time import StepTimeOptions, TrainingLength
 
     if args.lora_rank is not None or args.qlora:
         raise InputError('--lora-rank', 'plan searches full training; LoRA step time is not '
@@ -208,7 +218,29 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
         recompute_modes=args.recompute, precision=args.precision, optimizer=args.optimizer,
         attention=args.attention, framework=args.framework, loss=args.loss,
         margin_fraction=args.margin, price_per_gpu_hour_usd=args.price, sort_by=args.sort,
-        top_k=args.top, limits=limits)
+        top_k=args.top, limits=limits,
+        **({} if calibration is None else {
+            'calibration': calibration.efficiency, 'overheads': calibration.overheads,
+            'step_options': calibration.step_options or StepTimeOptions()}))
+
+
+def calibration_from_args(args: argparse.Namespace) -> CalibrationUse | None:
+    """What ``--profile`` (default auto: the newest profile of ``--gpu``) gives the plan.
+
+    Raises:
+        InputError: an unknown GPU or model, or a bad profile file.
+    """
+    from planner.calibrate.apply import use_profile
+    from planner.calibrate.profile import choose_profile
+    from planner.catalog import find_gpu
+    from planner.model_source import resolve_model
+
+    gpu = find_gpu(args.gpu)
+    loaded = choose_profile(args.profile, gpu)
+    if loaded is None:
+        return None
+    return use_profile(loaded, model=resolve_model(args.model), gpu=gpu,
+                       precision=args.precision, framework=args.framework, step_time=True)
 
 
 def guidance_for(req: PlanRequest, result: SearchResult, args: argparse.Namespace) -> Guidance:
@@ -381,14 +413,21 @@ def run_plan(args: argparse.Namespace) -> int:
     """Entry point of ``batchfit plan``."""
     from planner.search import search
 
-    req = request_from_args(args)
+    calibration = calibration_from_args(args)
+    req = request_from_args(args, calibration)
     result = search(req)
     guidance = guidance_for(req, result, args)
     if args.json:
-        print(json.dumps(plan_json(req, result, guidance), indent=2, allow_nan=False))
+        doc = plan_json(req, result, guidance)
+        doc['calibration'] = None if calibration is None else calibration.summary()
+        print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         print(plan_text(req, result, guidance, args.nodes > 1 and not args.inter_node))
-    if result.status != 'ok':
+        if calibration is not None:
+            print(calibration.line())
+    if result.status == 'ok':
+        save_and_export(args, req, result)  # --save / --export: the best plan
+    else:
         if args.json:
             print(f'batchfit: no plan: {result.message}', file=sys.stderr)
         return EXIT_NO_PLAN

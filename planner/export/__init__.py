@@ -1,0 +1,63 @@
+"""Exporters: a saved plan as the exact command line or config file of a launcher.
+
+``EXPORTERS`` maps each ``--format`` to its :class:`Exporter`. :func:`export_plan`
+checks the plan's batch arithmetic (``planner.export.batch``) before any exporter
+runs, and every exporter quotes what it writes (``planner.export.shell``). A plan a
+launcher cannot run as planned is refused with an :class:`~planner.errors.InputError`
+naming the format; what it can run only approximately is written with a comment (and a
+note) saying what differs. docs/export.md documents each format.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.errors import InputError
+from planner.export import (
+    accelerate,
+    deepspeed,
+    hf,
+    lightning,
+    llamafactory,
+    megatron,
+    slurm,
+    torchrun,
+    torchtitan,
+)
+from planner.export.base import Export, Exporter, ExportOptions
+from planner.export.batch import BatchNumbers, check_candidate
+
+if TYPE_CHECKING:
+    from planner.plan_file import PlanFile
+
+__all__ = ['EXPORTERS', 'BatchNumbers', 'Export', 'ExportOptions', 'Exporter', 'export_plan']
+
+EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
+    Exporter('torchrun', 'torchrun launch script (single or multi-node, static or c10d)',
+             torchrun.render),
+    Exporter('accelerate', 'accelerate launch script with its config YAML (DDP, FSDP, '
+             'DeepSpeed)', accelerate.render),
+    Exporter('deepspeed', 'DeepSpeed config JSON', deepspeed.render),
+    Exporter('hf', 'Hugging Face Trainer arguments under torchrun', hf.render),
+    Exporter('megatron', 'Megatron-LM pretrain_gpt.py arguments under torchrun',
+             megatron.render),
+    Exporter('lightning', 'PyTorch Lightning Trainer settings (LightningCLI YAML)',
+             lightning.render),
+    Exporter('torchtitan', 'torchtitan job config (TOML)', torchtitan.render),
+    Exporter('llamafactory', 'LLaMA-Factory training YAML', llamafactory.render),
+    Exporter('slurm', 'Slurm batch script: srun + torchrun with c10d rendezvous', slurm.render),
+)}
+
+
+def export_plan(plan: PlanFile, fmt: str, options: ExportOptions | None = None) -> Export:
+    """The plan in launcher format ``fmt``.
+
+    Raises:
+        InputError: an unknown format, numbers that do not add up, or a plan the
+            launcher cannot run as planned.
+    """
+    exporter = EXPORTERS.get(fmt)
+    if exporter is None:
+        raise InputError('--format', f'unknown format {fmt!r}', ', '.join(EXPORTERS))
+    numbers = check_candidate(plan.candidate)
+    return exporter.render(plan, numbers, options or ExportOptions())

@@ -1,0 +1,70 @@
+"""LLaMA-Factory training YAML (LAUNCHERS.md §9).
+
+The HF Trainer keys (``per_device_train_batch_size``, ``gradient_accumulation_steps``,
+``learning_rate``, integer ``warmup_steps``, ``bf16``, ``gradient_checkpointing``,
+``deepspeed``) plus LLaMA-Factory's own (``stage: pt``, ``finetuning_type: full``).
+The DeepSpeed config is embedded as a mapping. Multi-node runs are driven by
+environment variables (``FORCE_TORCHRUN``, ``NNODES``, ``NODE_RANK``...), written in
+the launch comment. The data set is the user's: a comment says where it goes.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+from planner.export.base import Export, ExportOptions, header
+from planner.export.hf import training_arguments
+from planner.export.launch import master_addr_word, node_rank_ref
+from planner.export.shell import comments
+from planner.export.textfmt import yaml_lines
+
+if TYPE_CHECKING:
+    from planner.export.batch import BatchNumbers
+    from planner.plan_file import PlanFile
+
+
+def llamafactory_config(plan: PlanFile, n: BatchNumbers,
+                        options: ExportOptions) -> tuple[dict[str, Any], list[str]]:
+    """The YAML keys, and notes.
+
+    Raises:
+        InputError: as :func:`planner.export.hf.training_arguments`.
+    """
+    args, notes = training_arguments(plan, n, options, fmt='llamafactory')
+    model = plan.model
+    name = model.hf_id
+    if model.kind == 'config':  # the checkpoint folder that holds the config.json
+        name = str(PurePath(model.ref).parent) if model.ref.endswith('.json') else model.ref
+    if not name:
+        notes.append(f'set model_name_or_path to the checkpoint of {model.spec.name}')
+    config: dict[str, Any] = {
+        'model_name_or_path': name or f'<checkpoint of {model.spec.name}>',
+        'stage': 'pt', 'do_train': True, 'finetuning_type': 'full',
+        'cutoff_len': plan.targets.seq_len,
+    }
+    config.update(args)
+    config.pop('optim', None)  # LLaMA-Factory sets its own optimizer choice
+    notes.append('add your data set: dataset (and template for sft) from data/dataset_info.json')
+    return config, notes
+
+
+def launch_text(n: BatchNumbers, options: ExportOptions) -> str:
+    """The ``llamafactory-cli`` line, with the variables its launcher reads."""
+    if n.nodes == 1 and n.gpus_per_node == 1:
+        return 'llamafactory-cli train llamafactory.yaml'
+    env = [f'FORCE_TORCHRUN=1 NNODES={n.nodes} NPROC_PER_NODE={n.gpus_per_node}']
+    if n.nodes > 1:
+        env.append(f'NODE_RANK={node_rank_ref(n.nodes)} MASTER_ADDR={master_addr_word(options)} '
+                   f'MASTER_PORT={options.master_port}')
+    return ' '.join([*env, 'llamafactory-cli train llamafactory.yaml'])
+
+
+def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
+    """The YAML with the launch in a comment."""
+    config, notes = llamafactory_config(plan, n, options)
+    lines = [*comments(header(plan, n, 'LLaMA-Factory')),
+             *comments([f'Launch: {launch_text(n, options)}']),
+             *comments(f'NOTE: {note}' for note in notes),
+             *yaml_lines(config)]
+    return Export('\n'.join(lines) + '\n', 'llamafactory.yaml', tuple(notes))

@@ -1,0 +1,161 @@
+"""Megatron-LM ``pretrain_gpt.py`` arguments, launched by torchrun (LAUNCHERS.md §6).
+
+Dashed flags only (Megatron's parser has ``allow_abbrev=False`` and no underscore
+aliases). The global batch is written explicitly, so Megatron's microbatch calculator
+re-derives the accumulation (``global / (micro × dp)``) and stops if the launch gives
+another DP size. ``CUDA_DEVICE_MAX_CONNECTIONS=1`` is exported whenever TP or CP > 1.
+The model shape flags come from the plan's model; tokenizer and data flags are the
+user's to add (the plan does not know them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from planner.export.base import (
+    Export,
+    ExportOptions,
+    header,
+    learning_rate,
+    precision_kind,
+    refuse,
+)
+from planner.export.launch import (
+    bash_script,
+    exports,
+    launch_line,
+    multi_node_notes,
+    script_words,
+    torchrun_words,
+)
+from planner.export.shell import quote
+
+if TYPE_CHECKING:
+    from planner.export.batch import BatchNumbers
+    from planner.model_spec import ModelSpec
+    from planner.plan_file import PlanFile
+
+POSITIONS = {'rotary': 'rope', 'learned': 'learned_absolute', 'none': 'none'}
+
+
+def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str, Any]], list[str]]:
+    """``(flag, value)`` pairs (value None for a switch) and notes.
+
+    Raises:
+        InputError: ZeRO 2/3 (Megatron's distributed optimizer shards only the
+            optimizer states), a pipeline that does not divide the layers, or pure bf16.
+    """
+    c, m, notes = plan.candidate, plan.model.spec, []
+    if c.zero > 1:
+        raise refuse('megatron', f'ZeRO {c.zero} shards gradients or parameters; Megatron\'s '
+                     'distributed optimizer shards only the optimizer states (ZeRO-1), so the '
+                     'plan would not fit as estimated', 're-plan with --zero 0,1')
+    if m.num_layers % c.pp:
+        raise refuse('megatron', f'pp {c.pp} does not divide the {m.num_layers} layers',
+                     're-plan without --uneven-pipeline')
+    args: list[tuple[str, Any]] = [
+        ('--tensor-model-parallel-size', c.tp), ('--pipeline-model-parallel-size', c.pp),
+        ('--context-parallel-size', c.cp),
+        ('--micro-batch-size', n.micro_batch), ('--global-batch-size', n.global_batch),
+    ]
+    if c.vpp > 1:
+        args.append(('--num-layers-per-virtual-pipeline-stage', m.num_layers // (c.pp * c.vpp)))
+    if c.sequence_parallel and c.tp > 1:
+        args.append(('--sequence-parallel', None))
+    if c.zero == 1:
+        args.append(('--use-distributed-optimizer', None))
+    if c.recompute == 'selective':
+        args.append(('--recompute-activations', None))
+    elif c.recompute == 'full':
+        args += [('--recompute-granularity', 'full'), ('--recompute-method', 'uniform'),
+                 ('--recompute-num-layers', 1)]
+    args += _model_arguments(m, plan.targets.seq_len)
+    notes += _precision(plan, args)
+    args += _schedule(plan, notes)
+    notes.append('add your tokenizer and data flags (--tokenizer-type, --data-path, ...)')
+    return args, notes
+
+
+def _model_arguments(m: ModelSpec, seq_len: int) -> list[tuple[str, Any]]:
+    args: list[tuple[str, Any]] = [
+        ('--num-layers', m.num_layers), ('--hidden-size', m.hidden_size),
+        ('--ffn-hidden-size', m.ffn_size), ('--num-attention-heads', m.num_heads),
+        ('--seq-length', seq_len),
+        ('--max-position-embeddings', max(m.max_position_embeddings, seq_len)),
+        ('--position-embedding-type', POSITIONS[m.position_embedding]),
+        ('--normalization', 'RMSNorm' if m.norm == 'rmsnorm' else 'LayerNorm'),
+    ]
+    if m.num_kv_heads < m.num_heads:
+        args += [('--group-query-attention', None), ('--num-query-groups', m.num_kv_heads)]
+    if m.head_dim * m.num_heads != m.hidden_size:
+        args.append(('--kv-channels', m.head_dim))
+    if m.gated_mlp and m.activation == 'silu':
+        args.append(('--swiglu', None))
+    if not m.tied_embeddings:
+        args.append(('--untie-embeddings-and-output-weights', None))
+    if not (m.qkv_bias or m.attn_out_bias or m.mlp_bias):
+        args.append(('--disable-bias-linear', None))
+    elif m.qkv_bias and not (m.attn_out_bias or m.mlp_bias):
+        args += [('--disable-bias-linear', None), ('--add-qkv-bias', None)]
+    if m.qk_norm:
+        args.append(('--qk-layernorm', None))
+    args += [('--attention-dropout', m.attention_dropout), ('--hidden-dropout', m.hidden_dropout)]
+    if m.moe is not None:
+        args += [('--num-experts', m.moe.num_experts), ('--moe-router-topk', m.moe.top_k),
+                 ('--moe-ffn-hidden-size', m.moe.expert_ffn_size)]
+    return args
+
+
+def _precision(plan: PlanFile, args: list[tuple[str, Any]]) -> list[str]:
+    kind = precision_kind(plan)
+    if kind == 'bf16-pure':
+        raise refuse('megatron', 'Megatron keeps fp32 master weights; the plan trains in pure '
+                     'bf16', 're-plan with --precision bf16-mixed')
+    if kind in ('bf16', 'fp8'):
+        args.append(('--bf16', None))
+    elif kind == 'fp16':
+        args.append(('--fp16', None))
+    if kind == 'fp8':
+        args += [('--fp8-format', 'hybrid')]
+        return ['fp8 runs through Transformer Engine (--transformer-impl transformer_engine)']
+    return []
+
+
+def _schedule(plan: PlanFile, notes: list[str]) -> list[tuple[str, Any]]:
+    g, args = plan.guidance, []
+    if plan.steps is not None:
+        args.append(('--train-iters', plan.steps))
+    else:
+        notes.append('the plan has no data size: add --train-iters')
+    if g.learning_rate is not None:
+        lr = learning_rate(plan)
+        args += [('--lr', lr), ('--min-lr', float(f'{lr / 10:.3g}')),
+                 ('--lr-decay-style', 'cosine')]
+    else:
+        notes.append('no learning rate in the plan: add --lr (plan with --base-lr and '
+                     '--base-batch)')
+    if g.warmup_steps is not None and plan.steps is not None:
+        args.append(('--lr-warmup-iters', int(g.warmup_steps)))
+    return args
+
+
+def argv(args: list[tuple[str, Any]]) -> list[str]:
+    """Command-line fragments (``--name value``, quoted)."""
+    return [name if value is None else f'{name} {quote(value, name)}' for name, value in args]
+
+
+def environment(plan: PlanFile) -> dict[str, object]:
+    """Variables Megatron needs: one CUDA connection with TP or CP (its own assertion)."""
+    c = plan.candidate
+    return {'CUDA_DEVICE_MAX_CONNECTIONS': 1} if c.tp > 1 or c.cp > 1 else {}
+
+
+def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
+    """torchrun + pretrain_gpt.py + Megatron flags."""
+    args, notes = megatron_arguments(plan, n)
+    notes = multi_node_notes(n, options) + notes
+    words = (torchrun_words(n, options) + script_words(options.script_or('pretrain_gpt.py'))
+             + argv(args) + [quote(a, 'script argument') for a in options.script_args])
+    body = [*exports(environment(plan)), launch_line(words)]
+    text = bash_script(header(plan, n, 'Megatron-LM'), notes, body)
+    return Export(text, 'launch_megatron.sh', tuple(notes))

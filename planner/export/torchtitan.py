@@ -1,0 +1,138 @@
+"""torchtitan job config (TOML, torchtitan 0.2.x) (LAUNCHERS.md §8).
+
+DP is split into ``data_parallel_replicate_degree`` (DDP) and
+``data_parallel_shard_degree`` (FSDP2): ZeRO-3 shards over all of DP; ZeRO 1-2 also
+shard, with parameters kept gathered between forward and backward
+(``fsdp_reshard_after_forward = "never"``, ZeRO-2's memory, less than ZeRO-1's);
+ZeRO-0 replicates, unless the model is also split (torchtitan composes TP/PP/CP with
+FSDP, not with DDP). With a pipeline, one torchtitan step takes the whole
+accumulation through the pipeline (``local_batch_size = micro × accumulation``,
+``pipeline_parallel_microbatch_size = micro``); without one, torchtitan accumulates
+``global / (local × DP)`` micro-batches itself.
+
+torchtitan builds models from its own registry: known presets map to a flavor;
+others get a flavor that torchtitan rejects at start-up, so nothing trains the wrong
+model by accident.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from planner.export.base import (
+    Export,
+    ExportOptions,
+    header,
+    learning_rate,
+    precision_kind,
+    refuse,
+)
+from planner.export.launch import multi_node_notes, script_words, torchrun_words
+from planner.export.shell import command, comments
+from planner.export.textfmt import toml_lines
+
+if TYPE_CHECKING:
+    from planner.export.batch import BatchNumbers
+    from planner.plan_file import PlanFile
+
+# Hugging Face ids of presets -> (torchtitan model, flavor).
+FLAVORS = {
+    'meta-llama/Llama-3.1-8B': ('llama3', '8B'), 'meta-llama/Meta-Llama-3-8B': ('llama3', '8B'),
+    'meta-llama/Llama-3.1-70B': ('llama3', '70B'),
+    'meta-llama/Meta-Llama-3-70B': ('llama3', '70B'),
+    'meta-llama/Llama-3.1-405B': ('llama3', '405B'),
+    'Qwen/Qwen3-0.6B': ('qwen3', '0.6B'), 'Qwen/Qwen3-1.7B': ('qwen3', '1.7B'),
+    'Qwen/Qwen3-4B': ('qwen3', '4B'), 'Qwen/Qwen3-8B': ('qwen3', '8B'),
+    'Qwen/Qwen3-14B': ('qwen3', '14B'), 'Qwen/Qwen3-32B': ('qwen3', '32B'),
+}
+OPTIMIZERS = {'adamw': 'AdamW', 'adam': 'Adam'}
+
+
+def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """TOML tables, and notes.
+
+    Raises:
+        InputError: fp16, pure bf16, an optimizer other than Adam(W), or uneven PP.
+    """
+    c, m, notes = plan.candidate, plan.model.spec, []
+    kind = precision_kind(plan)
+    if kind in ('fp16', 'bf16-pure'):
+        raise refuse('torchtitan', f'torchtitan trains in fp32 or bf16 mixed precision, not '
+                     f'{plan.constraints.precision}', 're-plan with --precision amp-bf16')
+    optimizer = OPTIMIZERS.get(plan.constraints.optimizer)
+    if optimizer is None:
+        raise refuse('torchtitan', f'torchtitan has no {plan.constraints.optimizer} optimizer',
+                     're-plan with --optimizer adamw')
+    if m.num_layers % c.pp:
+        raise refuse('torchtitan', f'pp {c.pp} does not divide the {m.num_layers} layers',
+                     're-plan without --uneven-pipeline')
+    name, flavor = FLAVORS.get(plan.model.hf_id, ('llama3', None))
+    if flavor is None:
+        flavor = 'choose-a-flavor-for-' + re.sub(r'[^A-Za-z0-9.]+', '-', m.name)
+        notes.append(f'torchtitan has no flavor known to match {m.name}: set model.name and '
+                     'model.flavor (as written, torchtitan stops at start-up)')
+    replicate, shard, reshard = _data_parallel(plan, n, notes)
+    local = n.micro_batch * n.grad_accum if c.pp > 1 else n.micro_batch
+    training: dict[str, Any] = {
+        'local_batch_size': local, 'global_batch_size': n.global_batch,
+        'seq_len': plan.targets.seq_len, 'max_norm': 1.0,
+        'mixed_precision_param': 'float32' if kind in ('fp32', 'tf32') else 'bfloat16',
+        'steps': plan.steps}
+    parallelism: dict[str, Any] = {
+        'data_parallel_replicate_degree': replicate, 'data_parallel_shard_degree': shard,
+        'fsdp_reshard_after_forward': reshard, 'tensor_parallel_degree': c.tp,
+        'pipeline_parallel_degree': c.pp, 'context_parallel_degree': c.cp}
+    if c.pp > 1:
+        parallelism['pipeline_parallel_microbatch_size'] = n.micro_batch
+        parallelism['pipeline_parallel_schedule'] = 'Interleaved1F1B' if c.vpp > 1 else '1F1B'
+        parallelism['pipeline_parallel_layers_per_stage'] = m.num_layers // (c.pp * c.vpp)
+    if kind == 'fp8':
+        notes.append('fp8: add the float8 converter (model.converters, needs torchao); '
+                     'written as bf16')
+    g = plan.guidance
+    tables = {
+        'job': {'description': f'batchfit plan: {m.name} on {n.world_size} GPUs'},
+        'model': {'name': name, 'flavor': flavor},
+        'optimizer': {'name': optimizer, 'lr': learning_rate(plan)},
+        'lr_scheduler': {'warmup_steps': g.warmup_steps},
+        'training': training, 'parallelism': parallelism,
+        'activation_checkpoint': {'mode': c.recompute, **(
+            {'selective_ac_option': 'op'} if c.recompute == 'selective' else {})},
+    }
+    if g.learning_rate is None:
+        notes.append('no learning rate in the plan: torchtitan\'s default applies (plan with '
+                     '--base-lr and --base-batch)')
+    if plan.steps is None:
+        notes.append('the plan has no data size: set training.steps')
+    return tables, notes
+
+
+def _data_parallel(plan: PlanFile, n: BatchNumbers, notes: list[str]) -> tuple[int, int, str]:
+    """(replicate, shard, fsdp_reshard_after_forward) for the plan's ZeRO stage."""
+    c = plan.candidate
+    if c.zero == 3:
+        return 1, n.dp, 'default'
+    if c.zero == 0 and n.model_parallel == 1:
+        return n.dp, 1, 'default'
+    if c.zero == 0:
+        notes.append('ZeRO 0 with TP/PP/CP: torchtitan composes them with FSDP, not DDP; '
+                     'parameters stay gathered (reshard never), gradients and optimizer '
+                     'states are sharded: less memory than planned')
+    elif c.zero == 1:
+        notes.append('ZeRO 1: torchtitan has no optimizer-only sharding; FSDP with reshard '
+                     'never (ZeRO-2 memory: less than planned)')
+    return 1, n.dp, 'never'
+
+
+def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
+    """The TOML job config with the launch in comments."""
+    tables, notes = job_config(plan, n)
+    script = options.script_or('-m torchtitan.train')
+    launch = command(torchrun_words(n, options) + script_words(script)
+                     + ['--job.config_file torchtitan.toml'])
+    notes = multi_node_notes(n, options) + notes
+    lines = [*comments(header(plan, n, 'torchtitan')), '# Launch:',
+             *comments(launch.splitlines()), *comments(f'NOTE: {note}' for note in notes),
+             *toml_lines(tables)]
+    return Export('\n'.join(lines) + '\n', 'torchtitan.toml', tuple(notes))

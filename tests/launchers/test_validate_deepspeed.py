@@ -1,0 +1,49 @@
+"""DeepSpeed JSON exports, checked by DeepSpeedConfig at the plan's DP size (§4)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.export import export_plan
+from tests.export_helpers import make_plan
+
+pytest.importorskip('deepspeed')
+# DeepSpeed opens a config file given by path without closing it (config.py, hjson.load).
+pytestmark = pytest.mark.filterwarnings('ignore::ResourceWarning',
+                                        'ignore::pytest.PytestUnraisableExceptionWarning')
+
+from tests.launchers.deepspeed_check import deepspeed_config  # noqa: E402
+
+
+@pytest.mark.parametrize(('zero', 'precision', 'recompute'), [
+    (1, 'bf16-mixed', 'none'), (2, 'amp-fp16', 'selective'), (3, 'amp-bf16', 'full'),
+    (0, 'fp32', 'none')])
+def test_config_accepted_with_the_plan_numbers(tmp_path, zero, precision, recompute):
+    plan = make_plan(nodes=2, micro_batch=2, zero=zero, precision=precision,
+                     recompute=recompute, global_batch=256)
+    exported = export_plan(plan, 'deepspeed')
+    path = tmp_path / exported.filename
+    path.write_text(exported.text)
+    config = deepspeed_config(str(path), dp=plan.candidate.dp)  # the file path: duplicate keys
+    c = plan.candidate
+    assert config.train_batch_size == c.global_batch == 256
+    assert config.train_micro_batch_size_per_gpu == c.micro_batch
+    assert config.gradient_accumulation_steps == c.grad_accum
+    assert config.zero_optimization_stage == zero
+    assert config.bfloat16_config.enabled == (precision in ('bf16-mixed', 'amp-bf16'))
+    assert config.float16_config.enabled == (precision == 'amp-fp16')
+    doc = json.loads(exported.text)
+    assert doc['scheduler']['params']['warmup_num_steps'] == plan.guidance.warmup_steps
+    assert doc['optimizer']['params']['lr'] == pytest.approx(plan.guidance.learning_rate,
+                                                             rel=1e-2)
+
+
+def test_model_parallel_plan_counts_dp_not_world():
+    plan = make_plan(nodes=4, tp=2, pp=2, micro_batch=2, zero=1, global_batch=256,
+                     precision='bf16-mixed', framework='megatron')
+    doc = json.loads(export_plan(plan, 'deepspeed').text)
+    deepspeed_config(doc, dp=plan.candidate.dp)  # DP 8: accepted
+    with pytest.raises(AssertionError, match='train_batch_size is not equal'):
+        deepspeed_config(doc, dp=32)  # the GPU count would be wrong (LAUNCHERS §4)

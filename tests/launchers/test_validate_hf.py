@@ -1,0 +1,80 @@
+"""HF Trainer exports, parsed by HfArgumentParser(TrainingArguments) (LAUNCHERS.md §5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.export import ExportOptions, export_plan
+from tests.export_helpers import make_plan, recorded_argv, run_script
+from tests.launchers.torchrun_check import check_launch
+
+pytest.importorskip('transformers')
+pytest.importorskip('accelerate')
+
+from tests.launchers.hf_check import resolved_deepspeed_config, training_arguments
+
+# --gradient_checkpointing is exported on purpose: transformers 4.x and 5.x both accept it
+# (5.x calls it a deprecated alias of --activation_checkpointing, LAUNCHERS.md §5).
+pytestmark = pytest.mark.filterwarnings('ignore:`gradient_checkpointing` is deprecated')
+
+
+def script_argv(folder, nodes, gpus_per_node, script='train.py') -> list[str]:
+    argv = recorded_argv(folder, 'torchrun')
+    check_launch(argv, nodes, gpus_per_node)
+    return argv[argv.index(script) + 1:]
+
+
+@pytest.mark.parametrize(('zero', 'precision', 'recompute'), [
+    (0, 'amp-bf16', 'none'), (2, 'amp-fp16', 'full'), (3, 'bf16-mixed', 'selective')])
+def test_arguments_and_deepspeed_numbers(tmp_path, zero, precision, recompute):
+    pytest.importorskip('deepspeed')
+    from tests.launchers.deepspeed_check import deepspeed_config
+
+    plan = make_plan(nodes=2, micro_batch=2, zero=zero, precision=precision,
+                     recompute=recompute, global_batch=256)
+    run_script(export_plan(plan, 'hf').text, tmp_path, {'NODE_RANK': '0', 'MASTER_ADDR': 'h'})
+    args = training_arguments(script_argv(tmp_path, 2, 8))
+    c = plan.candidate
+    assert args.per_device_train_batch_size == c.micro_batch
+    assert args.gradient_accumulation_steps == c.grad_accum
+    assert args.per_device_train_batch_size * args.gradient_accumulation_steps * 16 == 256
+    assert args.learning_rate == pytest.approx(plan.guidance.learning_rate, rel=1e-2)
+    assert args.warmup_steps == plan.guidance.warmup_steps
+    assert float(args.warmup_steps).is_integer()
+    assert args.warmup_steps >= 1
+    assert args.max_steps == plan.steps
+    assert args.bf16 == (precision != 'amp-fp16')
+    assert args.fp16 == (precision == 'amp-fp16')
+    assert bool(args.gradient_checkpointing) == (recompute != 'none')
+    if zero == 0:
+        assert not args.deepspeed
+        return
+    ds = resolved_deepspeed_config(args, c.dp, plan.model.spec.hidden_size, plan.steps)
+    assert ds['train_batch_size'] == 256
+    assert ds['zero_optimization']['stage'] == zero
+    deepspeed_config(ds, dp=c.dp)
+
+
+def test_deepspeed_mismatch_is_caught_at_another_world_size(tmp_path):
+    plan = make_plan(nodes=2, zero=2, global_batch=256)
+    run_script(export_plan(plan, 'hf').text, tmp_path, {'NODE_RANK': '0', 'MASTER_ADDR': 'h'})
+    args = training_arguments(script_argv(tmp_path, 2, 8))
+    with pytest.raises(ValueError, match='mismatch'):
+        resolved_deepspeed_config(args, 8, plan.model.spec.hidden_size, plan.steps)
+
+
+@pytest.mark.parametrize('zero', [2, 3])
+def test_fsdp(tmp_path, zero):
+    plan = make_plan(nodes=1, zero=zero, recompute='full', global_batch=128)
+    text = export_plan(plan, 'hf', ExportOptions(sharding='fsdp', script='my train.py')).text
+    run_script(text, tmp_path)
+    args = training_arguments(script_argv(tmp_path, 1, 8, 'my train.py'))
+    assert args.fsdp
+    assert args.fsdp_config['reshard_after_forward'] is (zero == 3)
+    assert args.fsdp_config['activation_checkpointing'] is True
+    assert not args.deepspeed
+
+
+def test_unknown_flag_would_be_caught():
+    with pytest.raises(ValueError, match='not used by the HfArgumentParser'):
+        training_arguments(['--per_device_train_batch_sz', '2'])

@@ -1,0 +1,83 @@
+"""Lightning exports: the Trainer built from the YAML, with CUDA faked (LAUNCHERS.md §7)."""
+
+from __future__ import annotations
+
+import contextlib
+from unittest import mock
+
+import pytest
+
+from planner.export import ExportOptions, export_plan
+from tests.export_helpers import make_plan
+
+pytest.importorskip('lightning')
+yaml = pytest.importorskip('yaml')
+# With slurm-client installed (for the sbatch test), Lightning hints at srun.
+pytestmark = pytest.mark.filterwarnings('ignore:The `srun` command is available')
+
+
+@contextlib.contextmanager
+def eight_fake_gpus():
+    """What the Trainer asks about CUDA, answered as on an 8-GPU node."""
+    with contextlib.ExitStack() as stack:
+        for target in ('lightning.fabric.accelerators.cuda.num_cuda_devices',
+                       'lightning.pytorch.accelerators.cuda.num_cuda_devices',
+                       'torch.cuda.device_count'):
+            stack.enter_context(mock.patch(target, return_value=8))
+        stack.enter_context(mock.patch('torch.cuda.is_available', return_value=True))
+        stack.enter_context(mock.patch('torch.cuda.is_bf16_supported', return_value=True))
+        stack.enter_context(mock.patch(
+            'lightning.pytorch.accelerators.cuda._check_cuda_matmul_precision'))
+        yield
+
+
+def trainer_from(text: str):
+    from jsonargparse import Namespace  # noqa: F401  (LightningCLI's parser)
+    from lightning.pytorch import Trainer
+
+    settings = yaml.safe_load(text)['trainer']
+    strategy = settings['strategy']
+    if isinstance(strategy, dict):  # class_path form, as LightningCLI instantiates it
+        from lightning.pytorch import strategies
+
+        cls = getattr(strategies, strategy['class_path'].rsplit('.', 1)[1])
+        settings['strategy'] = cls(**strategy.get('init_args', {}))
+    with eight_fake_gpus():
+        return Trainer(**settings, logger=False, enable_checkpointing=False)
+
+
+@pytest.mark.parametrize(('zero', 'sharding', 'strategy'), [
+    (0, 'deepspeed', 'DDPStrategy'), (2, 'deepspeed', 'DeepSpeedStrategy'),
+    (3, 'fsdp', 'FSDPStrategy')])
+def test_trainer_accepts_settings(zero, sharding, strategy):
+    if sharding == 'deepspeed' and zero:
+        pytest.importorskip('deepspeed')
+    plan = make_plan(nodes=2, zero=zero, global_batch=256)
+    exported = export_plan(plan, 'lightning', ExportOptions(sharding=sharding))
+    trainer = trainer_from(exported.text)
+    assert type(trainer.strategy).__name__ == strategy
+    assert trainer.num_nodes == 2
+    assert trainer.num_devices == 8
+    assert trainer.world_size == 16
+    assert trainer.accumulate_grad_batches == plan.candidate.grad_accum
+    assert trainer.max_steps == plan.steps
+    assert trainer.precision == 'bf16-mixed'
+    assert f'batch_size must be the micro-batch, {plan.candidate.micro_batch}' in exported.text
+
+
+# Lightning 2.6.6 itself uses jsonargparse APIs that 4.53 deprecates.
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+def test_lightning_cli_reads_the_yaml(tmp_path):
+    pytest.importorskip('jsonargparse')
+    from lightning.pytorch import LightningDataModule, LightningModule
+    from lightning.pytorch.cli import LightningCLI
+
+    plan = make_plan(nodes=1, zero=0, global_batch=64, micro_batch=2)
+    path = tmp_path / 'lightning.yaml'
+    path.write_text(export_plan(plan, 'lightning').text)
+    with eight_fake_gpus(), mock.patch('sys.argv', ['train.py']):
+        cli = LightningCLI(LightningModule, LightningDataModule, run=False,
+                           args=['--config', str(path)], save_config_callback=None,
+                           seed_everything_default=False)
+    assert cli.trainer.accumulate_grad_batches == plan.candidate.grad_accum
+    assert cli.trainer.num_devices == 8

@@ -1,0 +1,59 @@
+"""LLaMA-Factory exports, parsed by its own HfArgumentParser over _TRAIN_ARGS (§9).
+
+llamafactory 0.9.5 pins transformers <= 5.6 and accelerate <= 1.11, below the versions
+the other validators use, and pulls gradio, torchvision and torchaudio; the Makefile
+installs it with ``--no-deps`` (plus omegaconf and peft) and this test parses with the
+version check disabled. Without it the test is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import pytest
+
+from planner.export import ExportOptions, export_plan
+from tests.export_helpers import make_plan
+
+os.environ.setdefault('DISABLE_VERSION_CHECK', '1')
+pytest.importorskip('llamafactory')
+yaml = pytest.importorskip('yaml')
+pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning',
+                                        'ignore::FutureWarning', 'ignore::UserWarning')
+
+
+def parse(text: str):
+    from llamafactory.hparams.parser import _TRAIN_ARGS
+    from transformers import HfArgumentParser
+
+    with mock.patch('transformers.training_args.is_torch_bf16_gpu_available',
+                    return_value=True):
+        return HfArgumentParser(_TRAIN_ARGS).parse_dict(yaml.safe_load(text),
+                                                        allow_extra_keys=False)
+
+
+@pytest.mark.parametrize(('zero', 'sharding'), [(0, 'deepspeed'), (3, 'deepspeed'),
+                                                (2, 'fsdp')])
+def test_yaml_parses_with_the_plan_numbers(zero, sharding):
+    plan = make_plan(nodes=2, zero=zero, recompute='full', global_batch=256)
+    text = export_plan(plan, 'llamafactory', ExportOptions(sharding=sharding)).text
+    model, _, training, finetuning, _ = parse(text)
+    c = plan.candidate
+    assert model.model_name_or_path == 'meta-llama/Llama-3.2-1B'
+    assert training.per_device_train_batch_size == c.micro_batch
+    assert training.gradient_accumulation_steps == c.grad_accum
+    assert training.warmup_steps == plan.guidance.warmup_steps
+    assert training.max_steps == plan.steps
+    assert training.bf16
+    assert finetuning.stage == 'pt'
+    assert finetuning.finetuning_type == 'full'
+    if zero and sharding == 'deepspeed':
+        assert training.deepspeed['train_batch_size'] == 256
+    assert 'NNODES=2' in text
+    assert 'NPROC_PER_NODE=8' in text
+
+
+def test_unknown_key_would_be_caught():
+    with pytest.raises(ValueError, match='not used by the HfArgumentParser'):
+        parse('model_name_or_path: x\nper_device_train_batch_sz: 2\n')

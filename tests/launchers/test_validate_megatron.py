@@ -1,0 +1,124 @@
+"""Megatron exports, checked with megatron-core (LAUNCHERS.md §6).
+
+megatron-core ships the microbatch calculator and ``TransformerConfig`` (whose
+``__post_init__`` holds Megatron's own checks of heads, groups, pipeline and recompute
+settings). ``megatron/training/arguments.py`` (the full ``validate_args``) is not on
+PyPI, so the flags are read back here with a parser of the exported flag names (dashed
+only, ``allow_abbrev=False``, as Megatron's), and the numbers go through megatron-core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+import pytest
+
+from planner.export import export_plan
+from tests.export_helpers import make_plan, recorded_argv, recorded_env, run_script
+from tests.launchers.torchrun_check import check_launch
+
+pytest.importorskip('megatron.core.num_microbatches_calculator')
+
+INT_FLAGS = ('--tensor-model-parallel-size', '--pipeline-model-parallel-size',
+             '--context-parallel-size', '--micro-batch-size', '--global-batch-size',
+             '--num-layers-per-virtual-pipeline-stage', '--num-layers', '--hidden-size',
+             '--ffn-hidden-size', '--num-attention-heads', '--num-query-groups',
+             '--kv-channels', '--seq-length', '--max-position-embeddings', '--train-iters',
+             '--lr-warmup-iters', '--recompute-num-layers', '--num-experts',
+             '--moe-router-topk', '--moe-ffn-hidden-size')
+SWITCHES = ('--sequence-parallel', '--use-distributed-optimizer', '--recompute-activations',
+            '--group-query-attention', '--swiglu', '--untie-embeddings-and-output-weights',
+            '--disable-bias-linear', '--add-qkv-bias', '--qk-layernorm', '--bf16', '--fp16')
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    for name in INT_FLAGS:
+        parser.add_argument(name, type=int)
+    for name in SWITCHES:
+        parser.add_argument(name, action='store_true')
+    for name in ('--lr', '--min-lr', '--attention-dropout', '--hidden-dropout'):
+        parser.add_argument(name, type=float)
+    parser.add_argument('--position-embedding-type', choices=('rope', 'learned_absolute',
+                                                              'none'))
+    parser.add_argument('--normalization', choices=('LayerNorm', 'RMSNorm'))
+    parser.add_argument('--lr-decay-style', choices=('constant', 'linear', 'cosine',
+                                                     'inverse-square-root', 'WSD'))
+    parser.add_argument('--recompute-granularity', choices=('full', 'selective'))
+    parser.add_argument('--recompute-method', choices=('uniform', 'block'))
+    parser.add_argument('--fp8-format', choices=('e4m3', 'hybrid'))
+    return parser.parse_args(argv)
+
+
+def transformer_config(a: argparse.Namespace, world: int):
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    dtype = torch.bfloat16 if a.bf16 else torch.float16 if a.fp16 else torch.float32
+    vpp = None
+    if a.num_layers_per_virtual_pipeline_stage:
+        vpp = a.num_layers // (a.pipeline_model_parallel_size
+                               * a.num_layers_per_virtual_pipeline_stage)
+    granularity = 'selective' if a.recompute_activations else a.recompute_granularity
+    with warnings.catch_warnings():  # megatron-core's advice about its own defaults
+        warnings.simplefilter('ignore', UserWarning)
+        return TransformerConfig(
+            num_layers=a.num_layers, hidden_size=a.hidden_size,
+            num_attention_heads=a.num_attention_heads, ffn_hidden_size=a.ffn_hidden_size,
+            num_query_groups=a.num_query_groups if a.group_query_attention else None,
+            kv_channels=a.kv_channels, tensor_model_parallel_size=a.tensor_model_parallel_size,
+            pipeline_model_parallel_size=a.pipeline_model_parallel_size,
+            virtual_pipeline_model_parallel_size=vpp,
+            context_parallel_size=a.context_parallel_size, sequence_parallel=a.sequence_parallel,
+            recompute_granularity=granularity, recompute_method=a.recompute_method,
+            recompute_num_layers=a.recompute_num_layers, bf16=a.bf16, fp16=a.fp16,
+            params_dtype=dtype, pipeline_dtype=dtype, gated_linear_unit=a.swiglu,
+            add_bias_linear=not a.disable_bias_linear, qk_layernorm=a.qk_layernorm,
+            normalization=a.normalization, attention_dropout=a.attention_dropout,
+            hidden_dropout=a.hidden_dropout)
+
+
+@pytest.mark.parametrize(('tp', 'pp', 'vpp', 'cp', 'zero', 'recompute'), [
+    (2, 2, 1, 1, 1, 'selective'), (4, 2, 2, 1, 0, 'full'), (1, 1, 1, 1, 1, 'none'),
+    (2, 1, 1, 2, 1, 'none'), (1, 4, 4, 1, 0, 'selective')])
+def test_megatron_core_accepts_numbers_and_shape(tmp_path, tp, pp, vpp, cp, zero, recompute):
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+
+    plan = make_plan(model='llama-3.1-8b', nodes=4, tp=tp, pp=pp, vpp=vpp, cp=cp, zero=zero,
+                     recompute=recompute, micro_batch=1, global_batch=256, seq_len=4096,
+                     framework='megatron', precision='bf16-mixed')
+    run_script(export_plan(plan, 'megatron').text, tmp_path,
+               {'NODE_RANK': '2', 'MASTER_ADDR': 'h0'})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    check_launch(argv, 4, 8)
+    a = parse(argv[argv.index('pretrain_gpt.py') + 1:])
+    world = 32
+    model_parallel = a.tensor_model_parallel_size * a.pipeline_model_parallel_size * (
+        a.context_parallel_size)
+    assert world % model_parallel == 0  # validate_args: world divisible by tp·pp·cp
+    dp = world // model_parallel
+    calculator = ConstantNumMicroBatchesCalculator(a.global_batch_size, a.micro_batch_size, dp,
+                                                   False, 0)
+    c = plan.candidate
+    assert calculator.get() == c.grad_accum
+    assert calculator.get_current_global_batch_size() == 256
+    config = transformer_config(a, world)
+    assert config.tensor_model_parallel_size == tp
+    assert (config.virtual_pipeline_model_parallel_size or 1) == vpp
+    env = recorded_env(tmp_path, 'torchrun')
+    assert (env.get('CUDA_DEVICE_MAX_CONNECTIONS') == '1') == (tp > 1 or cp > 1)
+    assert a.use_distributed_optimizer == (zero == 1)
+    assert a.lr_warmup_iters == plan.guidance.warmup_steps
+    assert a.train_iters == plan.steps
+
+
+def test_calculator_rejects_a_wrong_dp():
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+
+    plan = make_plan(model='llama-3.1-8b', nodes=4, tp=2, pp=2, zero=1, micro_batch=2,
+                     global_batch=256, seq_len=4096, framework='megatron',
+                     precision='bf16-mixed')
+    c = plan.candidate
+    with pytest.raises(AssertionError, match='not divisible'):
+        ConstantNumMicroBatchesCalculator(c.global_batch, c.micro_batch, 6, False, 0)

@@ -1,0 +1,77 @@
+"""torchrun exports, parsed by torch.distributed.run itself (LAUNCHERS.md §2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.export import ExportOptions, export_plan
+from tests.export_helpers import make_plan, recorded_argv, recorded_env, run_script
+from tests.launchers.torchrun_check import check_launch
+
+pytest.importorskip('torch.distributed.run')
+
+HOSTILE_SCRIPT = 'my dir/tr"ain $(touch pwned) `touch pwned2`; touch pwned3 \'q\'.py'
+
+
+def test_single_node_is_standalone(tmp_path):
+    plan = make_plan(nodes=1, gpus_per_node=8, micro_batch=4, global_batch=128)
+    run_script(export_plan(plan, 'torchrun').text, tmp_path)
+    argv = recorded_argv(tmp_path, 'torchrun')
+    config, _script_args = check_launch(argv, 1, 8)
+    assert config.rdzv_backend == 'c10d'  # --standalone
+    assert argv[-1] == 'train.py'
+    env = recorded_env(tmp_path, 'torchrun')
+    assert int(env['BATCHFIT_MICRO_BATCH']) * int(env['BATCHFIT_GRAD_ACCUM']) * 8 == 128
+    assert env['BATCHFIT_GLOBAL_BATCH'] == '128'
+
+
+def test_multi_node_static_each_node_its_rank(tmp_path):
+    plan = make_plan(nodes=4, gpus_per_node=8, micro_batch=2, global_batch=256)
+    text = export_plan(plan, 'torchrun').text
+    for rank in (0, 3):
+        run_script(text, tmp_path, {'NODE_RANK': str(rank), 'MASTER_ADDR': '10.0.0.1'})
+        config, _ = check_launch(recorded_argv(tmp_path, 'torchrun'), 4, 8)
+        assert config.rdzv_backend == 'static'
+        assert config.rdzv_endpoint == '10.0.0.1:29500'
+        assert config.rdzv_configs['rank'] == rank
+
+
+def test_multi_node_stops_without_node_rank(tmp_path):
+    plan = make_plan(nodes=2)
+    done = run_script(export_plan(plan, 'torchrun').text, tmp_path, {'MASTER_ADDR': 'h'},
+                      check=False)
+    assert done.returncode != 0
+    assert 'set NODE_RANK' in done.stderr
+    assert not (tmp_path / 'calls' / 'torchrun.argv').exists()
+
+
+def test_multi_node_c10d(tmp_path):
+    plan = make_plan(nodes=2)
+    options = ExportOptions(rdzv='c10d', master_addr='head.example', master_port=29400,
+                            rdzv_id='job-7')
+    run_script(export_plan(plan, 'torchrun', options).text, tmp_path)
+    config, _ = check_launch(recorded_argv(tmp_path, 'torchrun'), 2, 8)
+    assert config.rdzv_backend == 'c10d'
+    assert config.rdzv_endpoint == 'head.example:29400'
+    assert config.run_id == 'job-7'
+
+
+def test_hostile_script_and_args_arrive_verbatim(tmp_path):
+    plan = make_plan(nodes=1)
+    args = ('--data', '/d a/$HOME;x', '`id`', "it's")
+    options = ExportOptions(script=HOSTILE_SCRIPT, script_args=args)
+    run_script(export_plan(plan, 'torchrun', options).text, tmp_path)
+    argv = recorded_argv(tmp_path, 'torchrun')
+    _, _script_args = check_launch(argv, 1, 8)
+    assert argv[-5:] == [HOSTILE_SCRIPT, *args]
+    assert not list(tmp_path.glob('pwned*'))
+
+
+@pytest.mark.parametrize('fmt', ['hf', 'megatron'])
+def test_trainer_formats_launch_the_same_processes(tmp_path, fmt):
+    plan = make_plan(nodes=2, framework='megatron' if fmt == 'megatron' else 'hf',
+                     precision='bf16-mixed')
+    run_script(export_plan(plan, fmt).text, tmp_path, {'NODE_RANK': '1', 'MASTER_ADDR': 'h0'})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    config, _ = check_launch(argv, 2, 8)
+    assert config.rdzv_configs['rank'] == 1

@@ -1,0 +1,107 @@
+"""torchtitan exports: its ConfigManager, ParallelDims and the train.py batch rule (§8)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import typing
+
+import pytest
+
+from planner.export import ExportOptions, export_plan
+from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_script
+from tests.launchers.torchrun_check import check_launch
+from tests.launchers.torchtitan_check import stub_triton_kernels
+
+if importlib.util.find_spec('torchtitan') is None:
+    pytest.skip('torchtitan is not installed', allow_module_level=True)
+stub_triton_kernels()
+pytest.importorskip('torchtitan.config')
+
+
+def job_config(tmp_path, text):
+    from torchtitan.config import ConfigManager
+
+    path = tmp_path / 'torchtitan.toml'
+    path.write_text(text)
+    return ConfigManager().parse_args(['--job.config_file', str(path)])
+
+
+def check_types(config) -> None:
+    """0.2.2 does not type-check TOML values (LAUNCHERS §8): check every field we wrote."""
+    for section in dataclasses.fields(config):
+        value = getattr(config, section.name)
+        if not dataclasses.is_dataclass(value):
+            continue
+        hints = typing.get_type_hints(type(value))
+        for f in dataclasses.fields(value):
+            hint, got = hints[f.name], getattr(value, f.name)
+            origin = typing.get_origin(hint)
+            if hint in (int, float, str, bool):
+                ok = isinstance(got, hint) or (hint is float and isinstance(got, int))
+                assert ok, (section.name, f.name)
+                assert not (hint is int and isinstance(got, bool)), (section.name, f.name)
+            elif origin is typing.Literal:
+                assert got in typing.get_args(hint), (section.name, f.name, got)
+
+
+@pytest.mark.parametrize(('tp', 'pp', 'vpp', 'zero', 'recompute'), [
+    (1, 1, 1, 2, 'none'), (1, 1, 1, 3, 'full'), (2, 2, 1, 1, 'selective'),
+    (2, 2, 2, 3, 'none'), (1, 2, 1, 0, 'full')])
+def test_config_and_parallel_dims(tmp_path, tp, pp, vpp, zero, recompute):
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    plan = make_plan(model='llama-3.1-8b', nodes=4, tp=tp, pp=pp, vpp=vpp, zero=zero,
+                     recompute=recompute, micro_batch=1, global_batch=256, seq_len=4096,
+                     framework='megatron', precision='bf16-mixed')
+    exported = export_plan(plan, 'torchtitan')
+    config = job_config(tmp_path, exported.text)
+    check_types(config)
+    p, t = config.parallelism, config.training
+    c = plan.candidate
+    dims = ParallelDims(dp_shard=p.data_parallel_shard_degree,
+                        dp_replicate=p.data_parallel_replicate_degree,
+                        cp=p.context_parallel_degree, tp=p.tensor_parallel_degree,
+                        pp=p.pipeline_parallel_degree, ep=1, etp=1, world_size=32)
+    assert dims.dp_replicate * dims.dp_shard == c.dp
+    data_parallel = dims.dp_replicate * dims.dp_shard
+    assert t.global_batch_size % (t.local_batch_size * data_parallel) == 0  # train.py's rule
+    accumulation = t.global_batch_size // (t.local_batch_size * data_parallel)
+    if pp > 1:
+        assert t.local_batch_size % p.pipeline_parallel_microbatch_size == 0
+        microbatches = t.local_batch_size // p.pipeline_parallel_microbatch_size
+        assert (accumulation, microbatches) == (1, c.grad_accum)
+    else:
+        assert accumulation == c.grad_accum
+    assert t.global_batch_size == c.global_batch == 256
+    assert (config.model.name, config.model.flavor) == ('llama3', '8B')
+    assert config.lr_scheduler.warmup_steps == plan.guidance.warmup_steps
+    assert config.activation_checkpoint.mode == recompute
+    with pytest.raises((AssertionError, ValueError), match='Invalid parallel dims'):
+        ParallelDims(dp_shard=p.data_parallel_shard_degree,
+                     dp_replicate=p.data_parallel_replicate_degree, cp=1, tp=tp, pp=pp, ep=1,
+                     etp=1, world_size=24)
+
+
+def test_pure_data_parallel_replicates(tmp_path):
+    plan = make_plan(nodes=2, zero=0, global_batch=256)
+    p = job_config(tmp_path, export_plan(plan, 'torchtitan').text).parallelism
+    assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree) == (16, 1)
+
+
+def test_launch_comment_runs_the_same_processes(tmp_path):
+    plan = make_plan(nodes=2, zero=3)
+    text = export_plan(plan, 'torchtitan', ExportOptions(rdzv='c10d')).text
+    run_script(launch_comment(text), tmp_path, {'MASTER_ADDR': 'head'})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    check_launch(argv, 2, 8)
+    assert argv[-4:] == ['-m', 'torchtitan.train', '--job.config_file', 'torchtitan.toml']
+
+
+def test_unknown_model_gets_a_flavor_torchtitan_rejects(tmp_path):
+    plan = make_plan(model='qwen2.5-0.5b', nodes=1, zero=3, global_batch=64)
+    config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
+    from torchtitan.protocols.train_spec import get_train_spec
+
+    spec = get_train_spec(config.model.name)
+    assert config.model.flavor not in spec.model_args
