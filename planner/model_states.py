@@ -235,7 +235,9 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
                            optimizer_step_temp=temp, ddp_buckets=ddp, zero_buckets=zero_b,
                            zero3_gathered_top=gathered(params.top_unit, prefetch_layers, (3,)),
                            zero3_gathered_bottom=gathered(params.bottom_unit, 0, (3,)),
-                           unsharded_grad_top=gathered(params.top_unit, 0, (2, 3)),
+                           # the top unit's gradient is written whole at every stage: later
+                           # reduce-scattered (ZeRO-2/3) or kept (DDP, ZeRO-1)
+                           unsharded_grad_top=gathered(params.top_unit, 0, (0,)),
                            unsharded_grad_bottom=gathered(params.bottom_unit, 0, (2, 3)),
                            embedding_gradients=np.asarray(embedding_grads, float),
                            bottom_layer_gradients=np.asarray(bottom_layer, float),
