@@ -27,6 +27,7 @@ BENCHMARKS = {  # name: arguments after the interpreter
     'bench_estimator': ['-m', 'benchmarks.bench_estimator'],
     'bench_search': ['-m', 'benchmarks.bench_search'],
     'time_comparison': ['-m', 'benchmarks.time_comparison'],
+    'calibration_accuracy': ['-m', 'benchmarks.calibration_accuracy'],
 }
 
 TEMPLATE = """# Benchmarks
@@ -131,6 +132,17 @@ check, not an independent validation.
 llm-analysis's FLOP count also hard-codes a 4h, non-gated MLP (16·b·s·h² per layer).
 For SwiGLU models it undercounts the MLP: by about 24 % for Llama-3-70B (h 8192,
 ffn 28672). The Table 1 GPTs use 4h, so the error does not show in this table.
+
+## 5. Calibration on the CPU: predicting other micro-batches and sequence lengths
+
+`batchfit calibrate --device cpu` measures a proxy of the model at one micro-batch, then
+the time model predicts other shapes; the benchmark measures them. "error" compares with
+a fresh measurement in this process; "shape error" removes the offset between the
+calibrating process and this one at the calibration point (the drift between processes
+on a shared machine), leaving the fit's own error. No GPU was available for these runs.
+
+<!-- BEGIN calibration_accuracy -->
+<!-- END calibration_accuracy -->
 """
 
 
