@@ -1,12 +1,12 @@
 # Two commands on a fresh Linux machine with Python 3.10+:
-#   make run   - create .venv, install batchfit, run it on a built-in example
+#   make run   - create .venv, install batchfit, open the desktop app on a worked example
 #   make test  - create .venv, install the test and launchers extras (CPU torch), run lint and
 #                the whole suite (tests/launchers feeds exports to the launchers' own parsers)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run example test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run
+	$(BIN)/batchfit-gui
+
+# The command line on the same worked example, for machines without a display.
+example: $(VENV)/.installed-run
 	$(BIN)/batchfit estimate --model llama-3.1-8b --seq-len 4096 --micro-batch 2 \
 		--gpu h100-sxm --gpus-per-node 8 --zero 3 --recompute full
 

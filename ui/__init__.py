@@ -1,0 +1,22 @@
+"""batchfit's desktop app (PySide6 + pyqtgraph) on top of the Qt-free ``planner`` core.
+
+PySide6 is imported before pyqtgraph so that pyqtgraph binds to it, never to a stray
+PyQt6 (STYLE.md §1.3.4).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault('PYQTGRAPH_QT_LIB', 'PySide6')
+
+# isort: off
+import PySide6  # noqa: F401  (before pyqtgraph: it picks the binding on import)
+import pyqtgraph
+# isort: on
+
+pyqtgraph.setConfigOptions(antialias=True, useOpenGL=False, background='w', foreground='k')
+
+APP_ID = 'io.github.batchfit.batchfit'
+ORG_NAME = 'batchfit'
+APP_NAME = 'batchfit'

@@ -1,0 +1,26 @@
+"""``batchfit-gui`` as a separate process: no torch, a screenshot, a clean exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_screenshot_without_torch(tmp_path):
+    shot = tmp_path / 'shot.png'
+    env = {**os.environ, 'QT_QPA_PLATFORM': 'offscreen', 'XDG_CONFIG_HOME': str(tmp_path),
+           'XDG_STATE_HOME': str(tmp_path), 'XDG_CACHE_HOME': str(tmp_path)}
+    code = ('import sys\n'
+            'from ui.app import main\n'
+            f'rc = main(["--screenshot", {str(shot)!r}, "--size", "1200x800"])\n'
+            'assert "torch" not in sys.modules, "the GUI imported torch"\n'
+            'sys.exit(rc)\n')
+    proc = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert shot.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    assert 'Traceback' not in proc.stderr

@@ -1,0 +1,291 @@
+"""Drive the planner window as a user would."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
+
+from ui.main_window import MainWindow
+from ui.plan_compute import memory_estimate_for
+from ui.plan_inputs import PlanInputs, read_session
+from ui.widgets.field_check import error_of
+
+GIB = 2**30
+
+
+def _wait_for_plan(qtbot, w: MainWindow, check=None, timeout: int = 20_000):
+    """Wait on the main-thread controller signal until the outcome satisfies ``check``."""
+    def ok(outcome) -> bool:
+        return check is None or check(outcome)
+
+    latest = w.controller.latest
+    if latest is not None and check is not None and ok(latest):
+        return latest  # already shown (the signal fired before we started waiting)
+    with qtbot.waitSignal(w.controller.outcome_ready, timeout=timeout, check_params_cb=ok) as sig:
+        pass
+    return sig.args[0]
+
+
+def test_opens_on_the_worked_example(qtbot, window):
+    o = window.outcome
+    assert o.inputs == PlanInputs()
+    assert o.request.model.name == 'Llama-3.1-8B'
+    assert o.request.global_batch == 1024
+    assert o.result.target_batch_samples * o.request.seq_len == 4_194_304
+    assert o.request.gpu.key == 'h100-sxm'
+    assert o.request.max_nodes * o.request.gpus_per_node == 8
+    assert window.results.proxy.rowCount() > 0
+    assert window.results.selected_candidate() is not None
+    assert 'B parameters' in window.inputs.model_info.text()
+    assert not window.isWindowModified()
+    # the global-batch sweep follows the table, for the same request
+    qtbot.waitUntil(lambda: window.outcome.by_batch.x.size == 5, timeout=20_000)
+    xs, _ = window.batch_plot.data()
+    assert 4_194_304 in xs.tolist()
+
+
+def test_user_plans_a_preset_on_a_catalog_gpu(qtbot, window):
+    panel = window.inputs
+    panel.model_edit.clear()
+    qtbot.keyClicks(panel.model_edit, 'qwen2.5-7b')
+    assert 'Qwen2.5-7B' in panel.model_info.text()  # the parameter count shows at once
+    panel.batch_edit.clear()
+    qtbot.keyClicks(panel.batch_edit, '512')
+    panel.gpu_combo.setCurrentIndex(panel.gpu_combo.findData('a100-80g-sxm'))
+    panel.nodes_spin.setValue(2)
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.model == 'qwen2.5-7b'
+                       and o.inputs.batch_value == 512 and o.inputs.gpu == 'a100-80g-sxm'
+                       and o.inputs.nodes == 2)
+    assert o.result.status == 'ok'
+    assert window.isWindowModified()
+
+    # sort by memory, pick the second row: the detail panel and the plots follow
+    table = window.results.table
+    table.sortByColumn(7, Qt.SortOrder.AscendingOrder)
+    window.results.select_row(1)
+    c = window.results.selected_candidate()
+    assert c is not None
+    assert c.global_batch == 512
+    mems = [window.results.proxy.index(r, 7).data(Qt.ItemDataRole.UserRole)
+            for r in range(window.results.proxy.rowCount())]
+    assert mems == sorted(mems)
+
+    est = memory_estimate_for(o, c)
+    assert est.total_bytes == c.memory.total_bytes
+    plot = window.memory_plot
+    for key, value in est.components.items():
+        assert plot.heights_gib[f'components.{key}'] == pytest.approx(value / GIB)
+    for key, value in est.overhead.items():
+        assert plot.heights_gib[f'overhead.{key}'] == pytest.approx(value / GIB)
+    assert plot.total_gib() == pytest.approx(est.total_bytes / GIB)
+    assert plot.capacity_line.value() == pytest.approx(o.request.gpu.memory_bytes / GIB)
+    assert plot.usable_line.value() == pytest.approx(est.usable_bytes / GIB)
+    bar = plot.bars['components.weights']
+    assert bar.opts['height'][0] == pytest.approx(est.components['weights'] / GIB)
+
+    d = window.details.values
+    assert d['mem.total'] == f'{est.total_bytes / GIB:,.2f} GiB'
+    assert d['layout'] == c.layout
+    assert d['batch'].endswith(f'= {c.global_batch}')
+    assert 'g.critical' in d
+    # the selected plan is highlighted in the scaling plot
+    xs, _ = window.gpus_plot.data()
+    assert c.gpus in xs
+    hx, _ = window.gpus_plot.series.highlight.getData()
+    assert list(hx) == [c.gpus]
+
+
+def test_exports(qtbot, window, tmp_path):
+    for key in window.plots:
+        png, svg = tmp_path / f'{key}.png', tmp_path / f'{key}.svg'
+        window.export_plot(key, str(png))
+        window.export_plot(key, str(svg))
+        assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+        text = svg.read_text()
+        assert '<svg' in text
+        assert '</svg>' in text
+    assert 'capacity' in (tmp_path / 'memory.svg').read_text()
+
+    path = tmp_path / 'plans.csv'
+    window.export_table(str(path))
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    assert rows[0][:4] == ['#', 'GPUs', 'nodes', 'TP/PP/CP/DP']
+    assert len(rows) - 1 == window.results.proxy.rowCount()
+    best = window.outcome.candidates[0]
+    assert float(rows[1][7]) == pytest.approx(best.memory.total_bytes / GIB)
+
+
+def test_filters(qtbot, window):
+    proxy = window.results.proxy
+    total = proxy.rowCount()
+    window.results.pareto_check.setChecked(True)
+    assert 0 < proxy.rowCount() <= total
+    assert all(window.results.model.candidate(r).on_pareto for r in proxy.visible_source_rows())
+    window.results.pareto_check.setChecked(False)
+    window.results.filter_edit.setText('selective')
+    assert all(window.results.model.candidate(r).recompute == 'selective'
+               for r in proxy.visible_source_rows())
+    window.results.filter_edit.clear()
+    window.results.headroom_spin.setValue(20.0)
+    assert all(window.results.model.candidate(r).memory.headroom_bytes >= 20 * GIB
+               for r in proxy.visible_source_rows())
+
+
+def test_bad_values_turn_fields_red(qtbot, window):
+    panel = window.inputs
+    panel.seq_len_edit.setText('abc')
+    assert 'not a count' in error_of(panel.seq_len_edit)
+    assert 'not a count' in panel.seq_len_edit.toolTip()
+    assert 'seq-len' in panel.error_label.text()
+    panel.seq_len_edit.setText('4096')
+    assert error_of(panel.seq_len_edit) == ''
+
+    panel.model_edit.setText('no-such-model-xyz')
+    assert 'unknown model' in error_of(panel.model_edit)
+    panel.model_edit.setText('llama-3.1-8b')
+    assert error_of(panel.model_edit) == ''
+
+    for box in panel.zero_boxes.values():
+        box.setChecked(False)
+    assert error_of(panel.zero_row)
+    for box in panel.zero_boxes.values():
+        box.setChecked(True)
+
+    panel.price_edit.setText('-3')
+    assert 'positive' in error_of(panel.price_edit)
+    panel.price_edit.setText('')
+    assert error_of(panel.price_edit) == ''
+
+
+def test_core_input_error_marks_its_field(qtbot, window):
+    # the core (not the parser) rejects a base LR given without its batch
+    window.inputs.base_lr_edit.setText('3e-4')
+    assert error_of(window.inputs.base_batch_edit)
+    window.inputs.base_batch_edit.setText('256')
+    assert not error_of(window.inputs.base_batch_edit)
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.base_lr == 3e-4)
+    assert window.details.values['g.lr']
+    # an InputError raised in the worker comes back on the GUI thread and marks the field
+
+    with qtbot.waitSignal(window.controller.input_error, timeout=10_000):
+        window.controller.compute_now(o.inputs.with_changes(gpu='no-such-gpu'))
+    assert error_of(window.inputs.gpu_combo)
+
+
+def test_save_and_reopen(qtbot, window, tmp_path, monkeypatch):
+    window.inputs.batch_edit.setText('2048')
+    assert window.isWindowModified()
+    path = tmp_path / 'plan.batchfit.json'
+    assert window.save_to(str(path))
+    assert not window.isWindowModified()
+    assert read_session(path).batch_value == 2048
+    window.new_session()
+    assert window.inputs.read_inputs()[0] == PlanInputs()
+    assert window.open_path(str(path))
+    assert window.inputs.read_inputs()[0].batch_value == 2048
+    assert window.recent_menu.actions()[0].text() == str(path)
+
+    # unsaved changes are never dropped silently
+    window.inputs.batch_edit.setText('4096')
+    asked = []
+    monkeypatch.setattr(QMessageBox, 'question',
+                        lambda *a, **k: asked.append(a) or QMessageBox.StandardButton.Cancel)
+    window.new_session()
+    assert asked
+    assert window.inputs.read_inputs()[0].batch_value == 4096
+    assert not window.close()
+    monkeypatch.setattr(QMessageBox, 'question',
+                        lambda *a, **k: QMessageBox.StandardButton.Save)
+    assert window.close()
+    assert read_session(path).batch_value == 4096
+
+
+def test_last_session_and_window_state_restored(qtbot):
+    w = MainWindow(restore=True, poll_hardware=False, debounce_ms=10)
+    qtbot.addWidget(w)
+    w.inputs.seq_len_edit.setText('8192')
+    w._saved_inputs = w.inputs.read_inputs()[0]
+    w.detail_dock.hide()
+    w.shutdown()
+    w2 = MainWindow(restore=True, poll_hardware=False, debounce_ms=10)
+    qtbot.addWidget(w2)
+    assert w2.inputs.read_inputs()[0].seq_len == 8192
+    assert w2.detail_dock.isHidden()  # dock layout restored (restoreState)
+    qtbot.waitUntil(lambda: w2.outcome is not None and w2.outcome.inputs.seq_len == 8192,
+                    timeout=20_000)
+    w2.shutdown()
+
+
+def test_bad_session_file_is_refused(qtbot, window, tmp_path, monkeypatch):
+    path = tmp_path / 'broken.json'
+    path.write_text('{"schema": "batchfit.session/1", "inputs": {"seq_len": "x"}}')
+    warned = []
+    monkeypatch.setattr(QMessageBox, 'warning', lambda *a, **k: warned.append(a[2]))
+    assert not window.open_path(str(path))
+    assert 'seq_len' in warned[0]
+    assert window.inputs.read_inputs()[0] == PlanInputs()
+
+
+def test_dropped_config_json_becomes_the_model(qtbot, window):
+    from pathlib import Path
+
+    config = Path(__file__).parents[1] / 'planner' / 'data' / 'hf_configs' / 'qwen2.5-0.5b.json'
+    window.drop_file(str(config))
+    assert window.inputs.model_edit.text() == str(config)
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.model == str(config))
+    assert o.request.model.num_layers == 24
+
+
+def test_help_page_renders_the_docs(window):
+    text = window.how_it_works_text()
+    assert 'How batchfit estimates' in text
+
+
+def test_local_gpus_offered_first(qtbot, fake_gpus):
+    w = MainWindow(restore=False, poll_hardware=True, debounce_ms=10)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.hardware.latest is not None, timeout=10_000)
+    panel = w.gpu_panel
+    assert sum(b.isVisibleTo(panel) for b in panel.bars) == 8
+    assert 'H100' in panel.names[0].text()
+    assert w.inputs.gpu_combo.itemText(0).startswith('This machine: 8')
+    qtbot.waitUntil(lambda: w.inputs.read_inputs()[0].gpus_per_node == 8, timeout=5_000)
+    o = _wait_for_plan(qtbot, w, lambda o: o.inputs.gpu == 'h100-sxm')
+    assert o.request.gpus_per_node == 8
+    w._saved_inputs = w.inputs.read_inputs()[0]
+    w.shutdown()
+    assert not w.hardware.running
+
+
+def test_no_gpu_says_why_and_offers_the_catalog(qtbot):
+    w = MainWindow(restore=False, poll_hardware=True, debounce_ms=10)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.hardware.latest is not None, timeout=10_000)
+    assert w.hardware.latest.status == 'no_driver'
+    assert 'No NVIDIA GPU' in w.gpu_panel.status_label.text()
+    assert w.gpu_panel.catalog_button.isVisibleTo(w.gpu_panel)
+    w.shutdown()
+
+
+def test_export_to_launchers(qtbot, window):
+    from ui.widgets.export_dialog import export_available
+
+    ok, reason = export_available()
+    if not ok:
+        assert not window.launcher_action.isEnabled()
+        assert reason in window.launcher_action.toolTip()
+        return
+    window.results.select_row(1)
+    c = window.results.selected_candidate()
+    dialog = window.show_export_dialog()
+    qtbot.addWidget(dialog)
+    assert dialog.tabs.count() >= 2
+    assert 'torchrun' in dialog.texts['torchrun']
+    assert f'{c.global_batch}' in dialog.texts['torchrun']
+    for name, message in dialog.errors.items():  # a refused format says why
+        assert name in message
+    dialog.close()

@@ -1,0 +1,177 @@
+"""``batchfit-gui``: start the planner window.
+
+Sets the application name, organisation and desktop file name (Wayland matches the
+window to ``io.github.batchfit.batchfit.desktop``), logs to
+``platformdirs.user_log_dir`` (a rotating file; stderr only when there is one, as
+frozen Windows apps have none), shows uncaught exceptions in a dialog instead of
+dying, and stops the workers on ``aboutToQuit``.
+
+``batchfit-gui --screenshot FILE.png [SESSION.json]`` renders the window offscreen
+once the plan is computed, writes the PNG and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import sys
+import traceback
+from pathlib import Path
+
+import ui  # noqa: F401  (PySide6 before pyqtgraph)
+from ui import APP_ID, APP_NAME, ORG_NAME
+
+log = logging.getLogger('batchfit.gui')
+SCREENSHOT_TIMEOUT_MS = 30_000
+
+
+def log_dir() -> Path:
+    """Where the GUI writes its log."""
+    import platformdirs
+
+    return Path(platformdirs.user_log_dir('batchfit', 'batchfit'))
+
+
+def setup_logging() -> Path:
+    """A rotating log file, plus stderr when the process has one."""
+    folder = log_dir()
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(folder / 'batchfit-gui.log',
+                                                       maxBytes=1_000_000, backupCount=3,
+                                                       encoding='utf-8')
+        handler.setFormatter(logging.Formatter('%(asctime)s %(levelname)s %(name)s: %(message)s'))
+        root.addHandler(handler)
+    except OSError:
+        pass
+    if sys.stderr is not None:
+        root.addHandler(logging.StreamHandler(sys.stderr))
+    return folder
+
+
+def excepthook(exc_type, exc, tb) -> None:
+    """Log an uncaught exception and show it; the app keeps running."""
+    text = ''.join(traceback.format_exception(exc_type, exc, tb))
+    log.error('uncaught exception:\n%s', text)
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    if QApplication.instance() is None:
+        return
+    box = QMessageBox(QMessageBox.Icon.Critical, 'batchfit',
+                      f'Something went wrong: {exc_type.__name__}: {exc}\n\n'
+                      f'The details are in the log folder:\n{log_dir()}')
+    box.setDetailedText(text)
+    box.addButton('Ignore and try to continue', QMessageBox.ButtonRole.AcceptRole)
+    box.exec()
+
+
+def make_app(argv: list[str] | None = None):
+    """The QApplication with names set (reused when one exists)."""
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv[:1])
+    QApplication.setApplicationName(APP_NAME)
+    QApplication.setOrganizationName(ORG_NAME)
+    QApplication.setOrganizationDomain('batchfit.github.io')
+    QGuiApplication.setDesktopFileName(APP_ID)
+    from planner import __version__
+
+    QApplication.setApplicationVersion(__version__)
+    return app
+
+
+def install_translator(app, language: str | None = None) -> bool:
+    """Load ``ui/i18n/batchfit_<lang>.qm`` for the system (or given) language."""
+    from PySide6.QtCore import QLocale, QTranslator
+
+    translator = QTranslator(app)
+    folder = Path(__file__).resolve().parent / 'i18n'
+    locale = QLocale(language) if language else QLocale.system()
+    if translator.load(locale, 'batchfit', '_', str(folder)):
+        app.installTranslator(translator)
+        app._batchfit_translator = translator  # keep it alive
+        return True
+    return False
+
+
+def take_screenshot(window, path: str, app) -> int:
+    """Wait for the plan, render the window to ``path``, return an exit code."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    done = {'ok': False}
+
+    def finish(*_args) -> None:
+        latest = window.controller.latest
+        shown = window.inputs.read_inputs()[0]
+        if latest is not None and shown is not None and latest.inputs != shown:
+            return  # a result for earlier inputs (the worked example before a session)
+        QTimer.singleShot(300, loop.quit)
+        done['ok'] = True
+
+    window.controller.sweep_ready.connect(finish)
+    window.controller.input_error.connect(finish)
+    if window.controller.latest is not None and window.controller.latest.by_batch.x.size:
+        finish()
+    QTimer.singleShot(SCREENSHOT_TIMEOUT_MS, loop.quit)
+    loop.exec()
+    app.processEvents()
+    ok = window.grab().save(str(path))
+    return 0 if ok and done['ok'] else 1
+
+
+def dispose(window) -> None:
+    """Delete the window while the QApplication still exists (else exit may segfault)."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    window.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``batchfit-gui``."""
+    parser = argparse.ArgumentParser(prog='batchfit-gui', description='batchfit desktop app')
+    parser.add_argument('session', nargs='?', help='a session file to open')
+    parser.add_argument('--screenshot', metavar='FILE.png',
+                        help='render the window offscreen once the plan is computed, then exit')
+    parser.add_argument('--lang', help='UI language, e.g. zh_CN (default: the system\'s)')
+    parser.add_argument('--size', default='1600x1000', help='window size for --screenshot')
+    args = parser.parse_args(argv)
+    if args.screenshot:
+        import os
+
+        os.environ.setdefault('QT_QPA_PLATFORM', 'offscreen')
+    setup_logging()
+    app = make_app()
+    install_translator(app, args.lang)
+    sys.excepthook = excepthook
+    from ui.main_window import MainWindow
+
+    window = MainWindow(restore=not args.screenshot and not args.session,
+                        poll_hardware=True)
+    app.aboutToQuit.connect(window.shutdown)
+    if args.session:
+        window.open_path(args.session, confirm=False)
+    if args.screenshot:
+        w, h = (int(v) for v in args.size.lower().split('x'))
+        window.resize(w, h)
+        window.show()
+        code = take_screenshot(window, args.screenshot, app)
+        window._saved_inputs = window.inputs.read_inputs()[0]  # no prompt on the way out
+        window.shutdown(remember=False)
+        window.close()
+        dispose(window)
+        return code
+    window.show()
+    log.info('Init finished, entering the main loop')
+    code = app.exec()
+    dispose(window)
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())

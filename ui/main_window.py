@@ -1,0 +1,579 @@
+"""The planner window: inputs on the left, candidates and plots in the middle, details right.
+
+:class:`MainWindow` wires the widgets to the two controllers (plan recompute and NVML
+poll), owns the session (file path, saved inputs, recent files) and the window state
+(QSettings, restored on the next start). It opens on a worked example so nothing is
+empty: Llama-3.1-8B, sequence 4096, 1024 × 4096 = 4,194,304 tokens per step, 1T tokens,
+on this machine's GPUs when NVML finds them, else one node of 8 H100.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QByteArray, QCoreApplication, Qt, Slot
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QDialog,
+    QDockWidget,
+    QFileDialog,
+    QGridLayout,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QProgressBar,
+    QSplitter,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from planner.errors import InputError
+from ui import settings as app_settings
+from ui.controllers.hardware_controller import HardwareController
+from ui.controllers.plan_controller import PlanController
+from ui.plan_compute import guidance_for, micro_batch_series
+from ui.plan_inputs import PlanInputs, read_session, write_session
+from ui.plots.memory_plot import MemoryPlot
+from ui.plots.plot_export import export_png, export_svg
+from ui.plots.series_plot import MicroBatchPlot, time_vs_batch_plot, time_vs_gpus_plot
+from ui.widgets.detail_panel import DetailPanel
+from ui.widgets.gpu_panel import GpuPanel
+from ui.widgets.input_panel import InputPanel
+from ui.widgets.results_view import ResultsView
+
+if TYPE_CHECKING:
+    from planner.plan_result import Candidate
+    from ui.plan_compute import PlanOutcome
+
+log = logging.getLogger(__name__)
+DAY = 86_400.0
+SESSION_FILTER = 'batchfit session (*.batchfit.json *.json);;All files (*)'
+DOCS = Path(__file__).resolve().parent.parent / 'docs'
+
+
+def _tr(text: str) -> str:
+    return QCoreApplication.translate('MainWindow', text)
+
+
+class MainWindow(QMainWindow):
+    """The batchfit planner window."""
+
+    def __init__(self, restore: bool = True, poll_hardware: bool = True,
+                 debounce_ms: int | None = None) -> None:
+        super().__init__()
+        self.setObjectName('batchfit_main_window')
+        self.resize(1500, 950)
+        self.setAcceptDrops(True)
+        kwargs = {} if debounce_ms is None else {'debounce_ms': debounce_ms}
+        self.controller = PlanController(self, **kwargs)
+        self.hardware = HardwareController(self)
+        self.outcome: PlanOutcome | None = None
+        self.path: str | None = None
+        self._saved_inputs: PlanInputs = PlanInputs()
+        self._touched = False  # the user changed the worked example or opened something
+
+        # widgets
+        self.inputs = InputPanel()
+        self.results = ResultsView()
+        self.details = DetailPanel()
+        self.gpu_panel = GpuPanel()
+        self.memory_plot = MemoryPlot()
+        self.gpus_plot = time_vs_gpus_plot()
+        self.batch_plot = time_vs_batch_plot()
+        self.micro_plot = MicroBatchPlot()
+        self.plots = {'memory': self.memory_plot, 'time_vs_gpus': self.gpus_plot,
+                      'time_vs_batch': self.batch_plot, 'micro_batch': self.micro_plot}
+
+        plots = QWidget()
+        grid = QGridLayout(plots)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.addWidget(self.memory_plot, 0, 0)
+        grid.addWidget(self.gpus_plot, 0, 1)
+        grid.addWidget(self.batch_plot, 1, 0)
+        grid.addWidget(self.micro_plot, 1, 1)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.results)
+        split.addWidget(plots)
+        split.setSizes([330, 570])
+        self.splitter = split
+        self.setCentralWidget(split)
+        self.input_dock = self._dock(_tr('Inputs'), 'inputs_dock', self.inputs,
+                                     Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.gpu_dock = self._dock(_tr('Local GPUs'), 'gpus_dock', self.gpu_panel,
+                                   Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.tabifyDockWidget(self.input_dock, self.gpu_dock)
+        self.input_dock.raise_()
+        detail_box = QWidget()
+        box_layout = QVBoxLayout(detail_box)
+        box_layout.setContentsMargins(0, 0, 0, 0)
+        box_layout.addWidget(self.details, 1)
+        box_layout.addWidget(self.details.warnings_label)
+        self.detail_dock = self._dock(_tr('Selected plan'), 'details_dock', detail_box,
+                                      Qt.DockWidgetArea.RightDockWidgetArea)
+        self.resizeDocks([self.input_dock, self.detail_dock], [350, 400],
+                         Qt.Orientation.Horizontal)
+
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)
+        self.busy.setMaximumWidth(120)
+        self.busy.setVisible(False)
+        self.status = QLabel()
+        self.status.setObjectName('status_text')
+        self.statusBar().addWidget(self.status, 1)
+        self.statusBar().addPermanentWidget(self.busy)
+        self._build_menus()
+
+        # wiring
+        self.inputs.changed.connect(self._inputs_changed)
+        self.controller.outcome_ready.connect(self._show_outcome)
+        self.controller.sweep_ready.connect(self._show_sweep)
+        self.controller.input_error.connect(self._show_input_error)
+        self.controller.failed.connect(self._show_failure)
+        self.controller.busy_changed.connect(self.busy.setVisible)
+        self.results.candidate_selected.connect(self._show_candidate)
+        self.hardware.snapshot_ready.connect(self._hardware_snapshot)
+        self.gpu_panel.use_catalog.connect(self._use_catalog)
+        self.gpu_panel.use_local.connect(self._use_local)
+
+        # state
+        s = app_settings.settings()
+        app_settings.migrate(s)
+        restored = False
+        if restore:
+            geometry, state = s.value('window/geometry'), s.value('window/state')
+            if isinstance(geometry, QByteArray):
+                self.restoreGeometry(geometry)
+            if isinstance(state, QByteArray):
+                self.restoreState(state)
+            inputs, path = app_settings.last_session()
+            if inputs is not None:
+                self.inputs.set_inputs(inputs)
+                self.path = path
+                self._saved_inputs = inputs if path is None else self._read_saved(path, inputs)
+                self._touched = True
+                restored = True
+        self._refresh_recent()
+        self._update_title()
+        if not restored:
+            self._saved_inputs = self.current_inputs() or PlanInputs()
+        current = self.current_inputs()
+        if current is not None:
+            self.controller.compute_now(current)
+        if poll_hardware:
+            self.hardware.start()
+
+    # ---- building --------------------------------------------------------------------
+
+    def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _action(self, menu: QMenu, text: str, slot, shortcut=None) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(shortcut)
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file = bar.addMenu(_tr('&File'))
+        self._action(file, _tr('&New'), self.new_session, QKeySequence.StandardKey.New)
+        self._action(file, _tr('&Open…'), self.open_dialog, QKeySequence.StandardKey.Open)
+        self.recent_menu = file.addMenu(_tr('Open &Recent'))
+        self._action(file, _tr('&Save'), self.save, QKeySequence.StandardKey.Save)
+        self._action(file, _tr('Save &As…'), self.save_as_dialog, QKeySequence.StandardKey.SaveAs)
+        file.addSeparator()
+        self._action(file, _tr('Export table as &CSV…'), self.export_table_dialog)
+        self.launcher_action = self._action(file, _tr('Export plan to a &launcher…'),
+                                            self.show_export_dialog)
+        from ui.widgets.export_dialog import export_available
+
+        self._export_ok, reason = export_available()
+        self.launcher_action.setEnabled(self._export_ok)
+        self.launcher_action.setToolTip(reason or _tr('torchrun, accelerate, DeepSpeed, '
+                                                      'Megatron, Slurm… for the selected plan'))
+        file.setToolTipsVisible(True)
+        from ui.controllers.calibration_controller import calibration_available
+
+        self._calibrate_ok, reason = calibration_available()
+        self.calibrate_action = self._action(file, _tr('&Calibrate on this machine…'),
+                                             self.show_calibration_dialog)
+        self.calibrate_action.setEnabled(self._calibrate_ok)
+        self.calibrate_action.setToolTip(reason or _tr('Measure matmul and step efficiency '
+                                                       'in a separate torch process'))
+        plots = file.addMenu(_tr('Export &plot'))
+        names = {'memory': _tr('Memory'), 'time_vs_gpus': _tr('Time vs GPUs'),
+                 'time_vs_batch': _tr('Time vs global batch'),
+                 'micro_batch': _tr('Throughput and MFU vs micro-batch')}
+        for key, label in names.items():
+            self._action(plots, label + '…', lambda _=False, k=key: self.export_plot_dialog(k))
+        file.addSeparator()
+        self._action(file, _tr('&Quit'), self.close, QKeySequence.StandardKey.Quit)
+        view = bar.addMenu(_tr('&View'))
+        for dock in (self.input_dock, self.gpu_dock, self.detail_dock):
+            view.addAction(dock.toggleViewAction())
+        help_menu = bar.addMenu(_tr('&Help'))
+        self._action(help_menu, _tr('How batchfit &estimates'), self.show_how_it_works)
+        self._action(help_menu, _tr('&About batchfit'), self.show_about)
+
+    # ---- inputs and results ----------------------------------------------------------
+
+    def current_inputs(self) -> PlanInputs | None:
+        """The inputs on screen, or None when a field is bad (it is marked red)."""
+        inputs, errors = self.inputs.read_inputs()
+        self.inputs.show_errors(errors)
+        return inputs
+
+    @Slot()
+    def _inputs_changed(self) -> None:
+        self._touched = True
+        inputs = self.current_inputs()
+        self._update_title()
+        if inputs is not None:
+            self.controller.request(inputs)
+        else:
+            self.status.setText(_tr('Fix the field marked red to update the plan.'))
+
+    @Slot(object)
+    def _show_input_error(self, exc: InputError) -> None:
+        self.inputs.show_input_error(exc)
+        self.status.setText(str(exc))
+
+    @Slot(str)
+    def _show_failure(self, message: str) -> None:
+        self.status.setText(_tr('Recompute failed: {m}').format(m=message))
+
+    @Slot(object)
+    def _show_outcome(self, outcome: PlanOutcome) -> None:
+        self.outcome = outcome
+        r = outcome.result
+        self.inputs.show_errors({})
+        summary = _tr('{fit:,} of {grid:,} layouts fit · searched in {t:.2f} s').format(
+            fit=r.fitting, grid=r.grid_size, t=outcome.elapsed_s)
+        self.status.setText(summary if r.status == 'ok' else _tr('No plan: {m}').format(
+            m=r.message))
+        self.gpus_plot.set_data(outcome.by_gpus.x, outcome.by_gpus.y / DAY)
+        self._set_batch_sweep(outcome)
+        self.results.set_candidates(outcome.candidates, summary)
+        if not outcome.candidates:
+            self.details.show_message(_tr('No plan: {m}').format(m=r.message))
+
+    def _set_batch_sweep(self, outcome: PlanOutcome) -> None:
+        self.batch_plot.set_data(outcome.by_batch.x, outcome.by_batch.y / DAY)
+        self.batch_plot.set_x_ticks(outcome.by_batch.x, lambda x: f'{x / 1e6:.3g}M')
+
+    @Slot(object)
+    def _show_sweep(self, outcome: PlanOutcome) -> None:
+        """The global-batch sweep arrived after the table (same request)."""
+        self.outcome = outcome
+        self._set_batch_sweep(outcome)
+        c = self.results.selected_candidate()
+        if c is not None:
+            self.batch_plot.set_highlight(c.global_batch * outcome.request.seq_len,
+                                          c.time_to_train_s / DAY)
+
+    @Slot(object)
+    def _show_candidate(self, c: Candidate | None) -> None:
+        o = self.outcome
+        if c is None or o is None:
+            self.memory_plot.set_memory(None)
+            self.gpus_plot.set_highlight(None, None)
+            self.batch_plot.set_highlight(None, None)
+            self.micro_plot.set_data([], [], [])
+            return
+        try:
+            guidance = guidance_for(o, c)
+        except InputError as exc:
+            self.inputs.show_input_error(exc)
+            guidance = None
+        self.details.show_candidate(o.request, c, guidance)
+        self.memory_plot.set_memory(c.memory)
+        self.gpus_plot.set_highlight(c.gpus, c.time_to_train_s / DAY)
+        self.batch_plot.set_highlight(c.global_batch * o.request.seq_len,
+                                      c.time_to_train_s / DAY)
+        crit = None if guidance is None else guidance.critical_batch_tokens
+        self.batch_plot.set_marker(crit, '' if crit is None else
+                                   f'B_crit ≈ {crit / 1e6:.3g}M')
+        micro, tps, mfu = micro_batch_series(o.result, c)
+        self.micro_plot.set_data(micro, tps, mfu, c.micro_batch)
+
+    # ---- hardware --------------------------------------------------------------------
+
+    @Slot(object)
+    def _hardware_snapshot(self, inventory) -> None:
+        first = not self.gpu_panel.property('seen')
+        self.gpu_panel.setProperty('seen', True)
+        self.gpu_panel.set_inventory(inventory)
+        if first:
+            self.inputs.set_local_gpus(inventory)
+            if not self._touched and self.inputs.use_local_gpus():
+                self._saved_inputs = self.current_inputs() or self._saved_inputs
+                self._touched = False
+                self._update_title()
+
+    @Slot()
+    def _use_catalog(self) -> None:
+        self.input_dock.raise_()
+        self.inputs.gpu_combo.setFocus()
+        self.inputs.gpu_combo.showPopup()
+
+    @Slot()
+    def _use_local(self) -> None:
+        self.inputs.use_local_gpus()
+        self.input_dock.raise_()
+
+    # ---- session files ---------------------------------------------------------------
+
+    @property
+    def dirty(self) -> bool:
+        """The inputs differ from the last saved or opened ones."""
+        current, _ = self.inputs.read_inputs()
+        return current != self._saved_inputs
+
+    def _update_title(self) -> None:
+        name = Path(self.path).name if self.path else _tr('worked example')
+        self.setWindowTitle(f'{name}[*] — batchfit')
+        self.setWindowModified(self.dirty)
+
+    def _read_saved(self, path: str, fallback: PlanInputs) -> PlanInputs:
+        try:
+            return read_session(path)
+        except InputError:
+            return fallback
+
+    def confirm_discard(self) -> bool:
+        """True when there is nothing unsaved, or the user saved or chose to discard it."""
+        if not self.dirty:
+            return True
+        answer = QMessageBox.question(
+            self, _tr('Unsaved changes'), _tr('Save the changes to this plan first?'),
+            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
+            | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Save)
+        if answer == QMessageBox.StandardButton.Save:
+            return self.save()
+        return answer == QMessageBox.StandardButton.Discard
+
+    def new_session(self) -> None:
+        """Back to the worked example, after asking about unsaved changes."""
+        if not self.confirm_discard():
+            return
+        self.path = None
+        self.inputs.set_inputs(PlanInputs())
+        self._saved_inputs = self.current_inputs() or PlanInputs()
+        self._update_title()
+
+    def open_dialog(self) -> None:
+        """Ask for a session file and open it."""
+        if not self.confirm_discard():
+            return
+        path, _ = QFileDialog.getOpenFileName(self, _tr('Open'), '', _tr(SESSION_FILTER))
+        if path:
+            self.open_path(path, confirm=False)
+
+    def open_path(self, path: str, confirm: bool = True) -> bool:
+        """Open a session file; False (with a message) when it cannot be read."""
+        if confirm and not self.confirm_discard():
+            return False
+        try:
+            inputs = read_session(path)
+        except InputError as exc:
+            QMessageBox.warning(self, _tr('Cannot open'), str(exc))
+            return False
+        self.path = str(path)
+        self._saved_inputs = inputs
+        self.inputs.set_inputs(inputs)
+        self._touched = True
+        self._refresh_recent(app_settings.add_recent_file(self.path))
+        self._update_title()
+        return True
+
+    def save(self) -> bool:
+        """Save to the current file (ask for one when there is none)."""
+        if self.path is None:
+            return self.save_as_dialog()
+        return self.save_to(self.path)
+
+    def save_as_dialog(self) -> bool:
+        """Ask for a file name and save."""
+        path, _ = QFileDialog.getSaveFileName(self, _tr('Save as'), 'plan.batchfit.json',
+                                              _tr(SESSION_FILTER))
+        return bool(path) and self.save_to(path)
+
+    def save_to(self, path: str) -> bool:
+        """Save the inputs on screen to ``path`` atomically."""
+        inputs = self.current_inputs()
+        if inputs is None:
+            QMessageBox.warning(self, _tr('Cannot save'),
+                                _tr('Fix the fields marked red first.'))
+            return False
+        try:
+            write_session(path, inputs)
+        except OSError as exc:
+            QMessageBox.warning(self, _tr('Cannot save'), str(exc))
+            return False
+        self.path = str(path)
+        self._saved_inputs = inputs
+        self._refresh_recent(app_settings.add_recent_file(self.path))
+        self._update_title()
+        return True
+
+    def _refresh_recent(self, files: list[str] | None = None) -> None:
+        self.recent_menu.clear()
+        for path in files if files is not None else app_settings.recent_files():
+            action = self.recent_menu.addAction(path)
+            action.triggered.connect(lambda _=False, p=path: self.open_path(p))
+        self.recent_menu.setEnabled(not self.recent_menu.isEmpty())
+
+    # ---- exports ---------------------------------------------------------------------
+
+    def export_plot(self, key: str, path: str) -> None:
+        """Write plot ``key`` to ``path`` (SVG when it ends in .svg, else PNG)."""
+        view = self.plots[key]
+        if str(path).lower().endswith('.svg'):
+            export_svg(view, path, title=key)
+        else:
+            export_png(view, path)
+
+    def export_plot_dialog(self, key: str) -> None:
+        """Ask for a file and export plot ``key``."""
+        path, _ = QFileDialog.getSaveFileName(self, _tr('Export plot'), f'{key}.png',
+                                              'PNG (*.png);;SVG (*.svg)')
+        if path:
+            try:
+                self.export_plot(key, path)
+            except OSError as exc:
+                QMessageBox.warning(self, _tr('Cannot export'), str(exc))
+
+    def export_table(self, path: str) -> None:
+        """Write the visible table rows as CSV."""
+        Path(path).write_text(self.results.to_csv(), encoding='utf-8')
+
+    def export_table_dialog(self) -> None:
+        """Ask for a file and export the table."""
+        path, _ = QFileDialog.getSaveFileName(self, _tr('Export table'), 'plans.csv',
+                                              'CSV (*.csv)')
+        if path:
+            try:
+                self.export_table(path)
+            except OSError as exc:
+                QMessageBox.warning(self, _tr('Cannot export'), str(exc))
+
+    def show_export_dialog(self):
+        """The selected plan in every launcher format (None when unavailable)."""
+        c = self.results.selected_candidate()
+        if not self._export_ok or c is None or self.outcome is None:
+            return None
+        from ui.widgets.export_dialog import ExportDialog
+
+        dialog = ExportDialog(self.outcome, c, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        return dialog
+
+    def show_calibration_dialog(self):
+        """The calibration dialog for the model on screen (None when unavailable)."""
+        inputs = self.current_inputs()
+        if not self._calibrate_ok or inputs is None:
+            return None
+        from ui.widgets.calibration_dialog import CalibrationDialog
+
+        inv = self.hardware.latest
+        uuids = tuple(g.uuid for g in inv.gpus if g.uuid) if inv is not None else ()
+        dialog = CalibrationDialog(inputs.model, inputs.seq_len, uuids, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        return dialog
+
+    # ---- help ------------------------------------------------------------------------
+
+    def how_it_works_text(self) -> str:
+        """The markdown of docs/memory-model.md and docs/time-model.md (or where to find it)."""
+        parts = []
+        for name in ('memory-model.md', 'time-model.md'):
+            path = DOCS / name
+            if path.is_file():
+                parts.append(path.read_text(encoding='utf-8'))
+        if not parts:
+            return _tr('# How batchfit estimates\n\nThe documentation is at '
+                       'https://github.com/batchfit/batchfit/tree/main/docs.')
+        return '\n\n---\n\n'.join(parts)
+
+    def show_how_it_works(self) -> None:
+        """A browsable page of the memory and time models."""
+        dialog = QDialog(self)
+        dialog.setWindowTitle(_tr('How batchfit estimates'))
+        dialog.resize(900, 800)
+        browser = QTextBrowser(dialog)
+        browser.setOpenExternalLinks(True)
+        browser.setMarkdown(self.how_it_works_text())
+        QVBoxLayout(dialog).addWidget(browser)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+
+    def show_about(self) -> None:
+        """Version and a line about the app."""
+        from planner import __version__
+
+        QMessageBox.about(self, _tr('About batchfit'), _tr(
+            '<b>batchfit {v}</b><br>Capacity planner for distributed LLM training: what fits, '
+            'which layout reaches the batch fastest, what it costs.').format(v=__version__))
+
+    # ---- drag and drop, closing ------------------------------------------------------
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802
+        urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
+        if urls and urls[0].toLocalFile().lower().endswith('.json'):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        urls = event.mimeData().urls()
+        if urls:
+            self.drop_file(urls[0].toLocalFile())
+            event.acceptProposedAction()
+
+    def drop_file(self, path: str) -> None:
+        """A dropped ``.json``: a session file opens; anything else is taken as a config.json."""
+        try:
+            read_session(path)
+        except InputError:
+            self.inputs.model_edit.setText(path)
+            self.input_dock.raise_()
+            return
+        self.open_path(path)
+
+    def shutdown(self, remember: bool = True) -> None:
+        """Stop the workers and (unless ``remember`` is False) save window and session."""
+        self.controller.shutdown()
+        self.hardware.stop()
+        from ui.controllers.calibration_controller import CalibrationController
+
+        for child in self.findChildren(CalibrationController):
+            child.shutdown()
+        if not remember:
+            return
+        s = app_settings.settings()
+        s.setValue('window/geometry', self.saveGeometry())
+        s.setValue('window/state', self.saveState())
+        inputs, _ = self.inputs.read_inputs()
+        if inputs is not None:
+            app_settings.save_last_session(inputs, self.path)
+        s.sync()
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        if not self.confirm_discard():
+            event.ignore()
+            return
+        self.shutdown()
+        event.accept()
+

@@ -1,0 +1,196 @@
+"""The recompute behind the window, as pure Qt-free functions (Orange's ``run``, §1.4.3).
+
+:func:`compute_plan` runs in a worker thread: the search, the candidates for the
+table, the best time-to-train at each GPU count and a sweep of the global batch. The
+functions called on a row selection (:func:`micro_batch_series`, :func:`guidance_for`)
+are cheap numpy on the stored arrays and run on the GUI thread.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ui.plan_inputs import PlanInputs, build_request
+
+if TYPE_CHECKING:
+    from planner.guidance import Guidance
+    from planner.plan_request import PlanRequest
+    from planner.plan_result import Candidate, SearchResult
+
+TABLE_ROWS = 100
+BATCH_SWEEP = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+@dataclass(frozen=True)
+class SeriesXY:
+    """A plotted series: x, y and the x of the highlighted point (or None)."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """What one recompute produced, handed from the worker to the GUI thread.
+
+    Attributes:
+        inputs: the inputs it was computed for.
+        request: the validated request.
+        result: the search result (arrays).
+        candidates: the best distinct candidates, ranked (the table's rows).
+        by_gpus: best time-to-train (s) at each GPU count.
+        by_batch: best time-to-train (s) at each global batch (tokens), NaN without a plan.
+        elapsed_s: wall time of the whole recompute.
+    """
+
+    inputs: PlanInputs
+    request: PlanRequest
+    result: SearchResult
+    candidates: tuple[Candidate, ...]
+    by_gpus: SeriesXY
+    by_batch: SeriesXY
+    elapsed_s: float
+
+
+def compute_plan(inputs: PlanInputs, should_stop: Callable[[], bool] | None = None
+                 ) -> PlanOutcome:
+    """Search ``inputs`` and prepare everything the table and the plots show.
+
+    Raises:
+        InputError: a bad input (names the field).
+        SearchCancelled: ``should_stop()`` became true.
+    """
+    outcome = compute_main(inputs, should_stop)
+    return replace(outcome, by_batch=batch_sweep(outcome, should_stop),
+                   elapsed_s=outcome.elapsed_s)
+
+
+def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = None
+                 ) -> PlanOutcome:
+    """The search, the table's candidates and the GPU-count series (no batch sweep yet).
+
+    Raises:
+        InputError: a bad input (names the field).
+        SearchCancelled: ``should_stop()`` became true.
+    """
+    from planner.search import search
+
+    started = time.perf_counter()
+    request = build_request(inputs, top_k=TABLE_ROWS)
+    result = search(request, should_stop=should_stop)
+    candidates = tuple(result.top(TABLE_ROWS)) if result.fitting else ()
+    return PlanOutcome(inputs=inputs, request=request, result=result, candidates=candidates,
+                       by_gpus=best_by_gpus(result),
+                       by_batch=SeriesXY(np.zeros(0), np.zeros(0)),
+                       elapsed_s=time.perf_counter() - started)
+
+
+def batch_sweep(outcome: PlanOutcome, should_stop: Callable[[], bool] | None = None
+                ) -> SeriesXY:
+    """Best time-to-train at /4, /2, x1, x2 and x4 the target batch (x: tokens).
+
+    Raises:
+        SearchCancelled: ``should_stop()`` became true.
+    """
+    from planner.search import SearchCancelled, search
+
+    request, result = outcome.request, outcome.result
+    xs, ys = [], []
+    base = result.target_batch_samples
+    for factor in BATCH_SWEEP:
+        if should_stop is not None and should_stop():
+            raise SearchCancelled
+        batch = base * factor
+        xs.append(batch * request.seq_len)
+        if factor == 1.0:
+            best = result.best
+        elif batch != int(batch) or batch < 1:
+            best = None
+        else:
+            best = search(replace(request, global_batch=int(batch), global_batch_tokens=None),
+                          should_stop=should_stop).best
+        ys.append(math.nan if best is None else best.time_to_train_s)
+    return SeriesXY(np.asarray(xs), np.asarray(ys))
+
+
+def best_by_gpus(result: SearchResult) -> SeriesXY:
+    """The shortest time-to-train (step time without a data size) at each GPU count."""
+    if result.step is None or result.train is None or not result.fitting:
+        return SeriesXY(np.zeros(0), np.zeros(0))
+    gpus = np.asarray(result.step.gpus)
+    key = np.asarray(result.train.time_to_train_s, float)
+    if not np.isfinite(key).any():
+        key = np.asarray(result.step.step_time_s, float)
+    counts, where = np.unique(gpus, return_inverse=True)
+    best = np.full(len(counts), np.inf)
+    np.minimum.at(best, where, key)
+    return SeriesXY(counts.astype(float), best)
+
+
+def micro_batch_series(result: SearchResult, c: Candidate) -> tuple[np.ndarray, np.ndarray,
+                                                                     np.ndarray]:
+    """Throughput (tokens/s) and MFU against the micro-batch, the rest of ``c``'s layout kept.
+
+    Returns:
+        (micro-batches, tokens per second, MFU), ascending in micro-batch.
+    """
+    lay, st = result.layout, result.step
+    if lay is None or st is None:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    from planner.step_time import RECOMPUTE_MODES
+
+    mask = ((np.asarray(st.gpus) == c.gpus) & (lay.tp == c.tp) & (lay.pp == c.pp)
+            & (lay.vpp == c.vpp) & (lay.cp == c.cp) & (lay.zero == c.zero)
+            & (lay.recompute == RECOMPUTE_MODES.index(c.recompute)))
+    rows = np.flatnonzero(mask)
+    micro = np.asarray(lay.micro_batch)[rows]
+    tps = np.broadcast_to(st.tokens_per_s, np.shape(st.step_time_s))[rows]
+    mfu = np.broadcast_to(st.mfu, np.shape(st.step_time_s))[rows]
+    order = np.argsort(micro, kind='stable')
+    micro, tps, mfu = micro[order], tps[order], mfu[order]
+    keep = np.concatenate([[True], micro[1:] != micro[:-1]]) if micro.size else micro.astype(bool)
+    return micro[keep].astype(float), tps[keep], mfu[keep]
+
+
+def guidance_for(outcome: PlanOutcome, c: Candidate | None) -> Guidance:
+    """Batch and learning-rate guidance for candidate ``c`` (or the target batch alone)."""
+    from planner.efficiency import default_curve
+    from planner.guidance import advise
+
+    req, inputs = outcome.request, outcome.inputs
+    batch = c.global_batch if c is not None else max(1, round(outcome.result.target_batch_samples))
+    fraction = None
+    if c is not None and req.calibration is None:
+        fraction = c.efficiency / default_curve(req.gpu.family).max_efficiency
+    return advise(req.model, req.seq_len, batch,
+                  total_tokens=None if req.length is None else req.length.total_tokens(
+                      req.seq_len),
+                  optimizer=req.optimizer, base_lr=inputs.base_lr,
+                  base_batch_samples=inputs.base_batch_samples,
+                  b_noise_tokens=inputs.b_noise_tokens,
+                  micro_batch=c.micro_batch if c else None,
+                  grad_accum=c.grad_accum if c else None, pp=c.pp if c else 1,
+                  efficiency_fraction=fraction,
+                  step_time_s=c.step_time_s if c else None)
+
+
+def memory_estimate_for(outcome: PlanOutcome, c: Candidate):
+    """``planner.memory.estimate`` of candidate ``c`` (single-configuration path)."""
+    from planner.memory import estimate
+    from planner.training import TrainingSetup
+
+    req = outcome.request
+    setup = TrainingSetup(seq_len=req.seq_len, micro_batch=c.micro_batch,
+                          grad_accum=c.grad_accum, precision=req.precision,
+                          optimizer=req.optimizer, zero=c.zero, tp=c.tp, pp=c.pp, vpp=c.vpp,
+                          cp=c.cp, dp=c.dp, sequence_parallel=req.limits.sequence_parallel,
+                          recompute=c.recompute, attention=req.attention,
+                          framework=req.framework, loss=req.loss)
+    return estimate(req.model, setup, req.gpu, margin_fraction=req.margin_fraction,
+                    overheads=req.overheads)

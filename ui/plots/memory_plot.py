@@ -1,0 +1,138 @@
+"""The selected plan's per-GPU memory as one stacked bar, with capacity and margin lines.
+
+One ``BarGraphItem`` per named part (planner.report's labels), created once and updated
+with ``setOpts(height=..., y0=...)`` (STYLE.md §1.3.1). Hovering the bar shows the part
+under the mouse in a tooltip.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyqtgraph as pg
+from PySide6.QtCore import QCoreApplication, QPointF
+from PySide6.QtGui import QCursor
+from PySide6.QtWidgets import QToolTip
+
+from planner.report import COMPONENT_LABELS, OVERHEAD_LABELS
+
+if TYPE_CHECKING:
+    from planner.plan_result import CandidateMemory
+
+GIB = 2**30
+PARTS: tuple[tuple[str, str], ...] = (
+    *((f'components.{k}', v) for k, v in COMPONENT_LABELS.items()),
+    *((f'overhead.{k}', v) for k, v in OVERHEAD_LABELS.items()),
+)
+_PALETTE = ('#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1',
+            '#ff9da7', '#9c755f', '#bab0ac', '#86bcb6', '#d37295', '#8cd17d', '#b6992d',
+            '#499894')
+BAR_X = 0.0
+BAR_WIDTH = 0.6
+
+
+def _tr(text: str) -> str:
+    return QCoreApplication.translate('MemoryPlot', text)
+
+
+class MemoryPlot(pg.PlotWidget):
+    """Stacked per-GPU memory of one plan, in GiB."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        item = self.getPlotItem()
+        item.setTitle(_tr('Per-GPU memory at the peak'))
+        item.setLabel('left', _tr('memory'), units='GiB')
+        item.hideAxis('bottom')
+        item.setMouseEnabled(x=False, y=False)
+        item.hideButtons()
+        self.legend = item.addLegend(offset=(-10, 10), labelTextSize='8pt')
+        self.bars: dict[str, pg.BarGraphItem] = {}
+        for i, (key, _label) in enumerate(PARTS):
+            bar = pg.BarGraphItem(x=[BAR_X], height=[0.0], y0=[0.0], width=BAR_WIDTH,
+                                  brush=_PALETTE[i % len(_PALETTE)], pen=pg.mkPen('w'))
+            bar.setVisible(False)
+            self.addItem(bar)
+            self.bars[key] = bar
+        self.labels = dict(PARTS)
+        self.capacity_line = pg.InfiniteLine(angle=0, movable=False,
+                                             pen=pg.mkPen('#c62828', width=2),
+                                             label=_tr('capacity {value:.1f} GiB'),
+                                             labelOpts={'position': 0.85, 'color': '#c62828'})
+        self.usable_line = pg.InfiniteLine(angle=0, movable=False,
+                                           pen=pg.mkPen('#ef6c00', width=1.5,
+                                                        style=pg.QtCore.Qt.PenStyle.DashLine),
+                                           label=_tr('usable {value:.1f} GiB'),
+                                           labelOpts={'position': 0.15, 'color': '#ef6c00'})
+        self.addItem(self.capacity_line, ignoreBounds=True)
+        self.addItem(self.usable_line, ignoreBounds=True)
+        self.heights_gib: dict[str, float] = {}
+        item.setXRange(-0.45, 3.3, padding=0)
+        self.scene().sigMouseMoved.connect(self._on_mouse_moved)
+
+    def set_memory(self, memory: CandidateMemory | None) -> None:
+        """Show ``memory`` (None clears the plot)."""
+        self.heights_gib = {}
+        self.legend.clear()
+        y0 = 0.0
+        for key, bar in self.bars.items():
+            group, name = key.split('.', 1)
+            value = 0.0 if memory is None else getattr(memory, group).get(name, 0) / GIB
+            self.heights_gib[key] = value
+            bar.setOpts(height=[value], y0=[y0])
+            bar.setVisible(value > 0)
+            if value > 0:
+                self.legend.addItem(bar, f'{self.labels[key]} {value:.2f}')
+            y0 += value
+        if memory is None:
+            self.capacity_line.setVisible(False)
+            self.usable_line.setVisible(False)
+            return
+        cap, usable = memory.capacity_bytes / GIB, memory.usable_bytes / GIB
+        self.capacity_line.setPos(cap)
+        self.usable_line.setPos(usable)
+        self.capacity_line.setVisible(True)
+        self.usable_line.setVisible(True)
+        self.getPlotItem().setYRange(0, max(cap, y0) * 1.05, padding=0)
+
+    def total_gib(self) -> float:
+        """Height of the stack."""
+        return sum(self.heights_gib.values())
+
+    def part_at(self, y_gib: float) -> str | None:
+        """The part key whose segment spans ``y_gib``."""
+        y0 = 0.0
+        for key, h in self.heights_gib.items():
+            if h > 0 and y0 <= y_gib < y0 + h:
+                return key
+            y0 += h
+        return None
+
+    def _on_mouse_moved(self, pos: QPointF) -> None:
+        vb = self.getPlotItem().vb
+        if not vb.sceneBoundingRect().contains(pos):
+            return
+        point = vb.mapSceneToView(pos)
+        if abs(point.x() - BAR_X) > BAR_WIDTH / 2:
+            QToolTip.hideText()
+            return
+        key = self.part_at(point.y())
+        if key is None:
+            QToolTip.hideText()
+            return
+        QToolTip.showText(QCursor.pos(), f'{self.labels[key]}: {self.heights_gib[key]:.2f} GiB'
+                          f' (total {self.total_gib():.2f} GiB)', self)
+
+
+if __name__ == '__main__':
+    from PySide6.QtWidgets import QApplication
+
+    from ui.plan_compute import compute_plan
+    from ui.plan_inputs import PlanInputs
+
+    app = QApplication([])
+    w = MemoryPlot()
+    w.set_memory(compute_plan(PlanInputs()).candidates[0].memory)
+    w.resize(500, 500)
+    w.show()
+    app.exec()

@@ -1,0 +1,200 @@
+"""Line plots with a highlighted point, an optional marker line and a hover readout.
+
+:class:`SeriesPlot` wraps one ``PlotItem`` (curve, highlighted point, vertical marker,
+crosshair readout as in pyqtgraph's ``examples/crosshair.py``); :func:`time_vs_gpus_plot`
+and :func:`time_vs_batch_plot` configure it. :class:`MicroBatchPlot` stacks throughput
+and MFU against the micro-batch on linked x axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QCoreApplication, QPointF, Qt
+
+DAY = 86_400.0
+
+
+def _tr(text: str) -> str:
+    return QCoreApplication.translate('SeriesPlot', text)
+
+
+class _Series:
+    """A curve, a highlighted point, a marker line and a readout on one PlotItem."""
+
+    def __init__(self, item: pg.PlotItem, colour: str,
+                 fmt: Callable[[float, float], str]) -> None:
+        self.item = item
+        self.fmt = fmt
+        self.curve = item.plot([], [], pen=pg.mkPen(colour, width=2), symbol='o',
+                               symbolSize=6, symbolBrush=colour, symbolPen=None)
+        self.highlight = item.plot([], [], pen=None, symbol='o', symbolSize=14,
+                                   symbolBrush='#c62828', symbolPen='k')
+        self.marker = pg.InfiniteLine(
+            angle=90, movable=False,
+            pen=pg.mkPen('#6a1b9a', width=1.5, style=Qt.PenStyle.DashLine), label=' ',
+            labelOpts={'position': 0.8, 'color': '#6a1b9a', 'movable': False})
+        self.marker.setVisible(False)
+        item.addItem(self.marker, ignoreBounds=True)
+        self.readout = pg.TextItem(anchor=(0, 1), color='k', fill=pg.mkBrush(255, 255, 255, 210))
+        self.readout.setVisible(False)
+        item.addItem(self.readout, ignoreBounds=True)
+        self.x = np.zeros(0)
+        self.y = np.zeros(0)
+        self.x_label = item.getAxis('bottom').labelText
+
+    def set_data(self, x, y) -> None:
+        x, y = np.asarray(x, float), np.asarray(y, float)
+        ok = np.isfinite(x) & np.isfinite(y)
+        self.x, self.y = x[ok], y[ok]
+        self.curve.setData(self.x, self.y)
+        self.fit_view()
+
+    def fit_view(self) -> None:
+        """Show every point (explicit ranges: auto-range lags behind linked axes)."""
+        if not self.x.size:
+            return
+        vb = self.item.getViewBox()
+        xs = np.log10(self.x) if vb.state['logMode'][0] else self.x
+        lo, hi = float(xs.min()), float(xs.max())
+        pad = 0.06 * (hi - lo) if hi > lo else 0.5
+        vb.setXRange(lo - pad, hi + pad, padding=0)
+        ylo, yhi = float(self.y.min()), float(self.y.max())
+        ypad = 0.08 * (yhi - ylo) if yhi > ylo else max(abs(yhi) * 0.05, 1e-9)
+        vb.setYRange(ylo - ypad, yhi + ypad, padding=0)
+
+    def set_highlight(self, x: float | None, y: float | None) -> None:
+        if x is None or y is None or not (np.isfinite(x) and np.isfinite(y)):
+            self.highlight.setData([], [])
+        else:
+            self.highlight.setData([x], [y])
+
+    def set_marker(self, x: float | None, label: str = '') -> None:
+        if x is None or not np.isfinite(x) or x <= 0:
+            self.marker.setVisible(False)
+            return
+        log_x = self.item.getViewBox().state['logMode'][0]
+        self.marker.setPos(np.log10(x) if log_x else x)
+        self.marker.label.setFormat(label)
+        self.marker.setVisible(True)
+        self.item.setLabel('bottom', f'{self.x_label}  (dashed: {label})' if label
+                           else self.x_label)
+
+    def hover(self, pos: QPointF) -> bool:
+        vb = self.item.getViewBox()
+        if not self.x.size or not vb.sceneBoundingRect().contains(pos):
+            self.readout.setVisible(False)
+            return False
+        point = vb.mapSceneToView(pos)
+        log_x = vb.state['logMode'][0]
+        xs = np.log10(self.x) if log_x else self.x
+        i = int(np.argmin(np.abs(xs - point.x())))
+        self.readout.setText(self.fmt(float(self.x[i]), float(self.y[i])))
+        self.readout.setPos(xs[i], self.y[i])
+        self.readout.setVisible(True)
+        return True
+
+
+class SeriesPlot(pg.PlotWidget):
+    """One series against x with a highlighted point, a marker line and a hover readout."""
+
+    def __init__(self, title: str, x_label: str, y_label: str, fmt: Callable[[float, float], str],
+                 log_x: bool = False, colour: str = '#1f77b4', parent=None) -> None:
+        super().__init__(parent)
+        item = self.getPlotItem()
+        item.setTitle(title)
+        item.setLabel('bottom', x_label)
+        item.setLabel('left', y_label)
+        item.showGrid(x=True, y=True, alpha=0.25)
+        item.setLogMode(x=log_x, y=False)
+        self.series = _Series(item, colour, fmt)
+        self.scene().sigMouseMoved.connect(self.series.hover)
+
+    def set_data(self, x, y) -> None:
+        """Replace the curve."""
+        self.series.set_data(x, y)
+
+    def set_highlight(self, x: float | None, y: float | None) -> None:
+        """Mark the selected point (None clears it)."""
+        self.series.set_highlight(x, y)
+
+    def set_marker(self, x: float | None, label: str = '') -> None:
+        """A vertical dashed line at ``x`` with ``label`` (None hides it)."""
+        self.series.set_marker(x, label)
+
+    def set_x_ticks(self, values, label: Callable[[float], str]) -> None:
+        """Label the x axis at ``values`` only (log axes get their log10 positions)."""
+        log_x = self.getPlotItem().getViewBox().state['logMode'][0]
+        ticks = [((np.log10(v) if log_x else v), label(v)) for v in values if v > 0]
+        self.getPlotItem().getAxis('bottom').setTicks([ticks, []])
+
+    def data(self) -> tuple[np.ndarray, np.ndarray]:
+        """The plotted (x, y)."""
+        return self.series.x, self.series.y
+
+
+def time_vs_gpus_plot(parent=None) -> SeriesPlot:
+    """Best time-to-train (days) at each GPU count."""
+    return SeriesPlot(_tr('Best time-to-train vs GPUs'), _tr('GPUs'),
+                      _tr('time-to-train (days)'),
+                      lambda x, y: f'{x:.0f} GPUs: {y:.2f} days', parent=parent)
+
+
+def time_vs_batch_plot(parent=None) -> SeriesPlot:
+    """Best time-to-train (days) at each global batch (tokens, log axis)."""
+    return SeriesPlot(_tr('Best time-to-train vs global batch'), _tr('global batch (tokens)'),
+                      _tr('time-to-train (days)'),
+                      lambda x, y: f'{x / 1e6:.3g}M tokens: {y:.2f} days', log_x=True,
+                      colour='#2ca02c', parent=parent)
+
+
+class MicroBatchPlot(pg.GraphicsLayoutWidget):
+    """Throughput and MFU against the micro-batch, the rest of the layout fixed."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.throughput_item = self.addPlot(row=0, col=0, title=_tr(
+            'Throughput and MFU vs micro-batch'))
+        self.throughput_item.setLabel('left', _tr('tokens/s'))
+        self.throughput_item.showGrid(x=True, y=True, alpha=0.25)
+        self.mfu_item = self.addPlot(row=1, col=0)
+        self.mfu_item.setLabel('left', _tr('MFU (%)'))
+        self.mfu_item.setLabel('bottom', _tr('micro-batch'))
+        self.mfu_item.showGrid(x=True, y=True, alpha=0.25)
+        self.mfu_item.setXLink(self.throughput_item)
+        self.throughput = _Series(self.throughput_item, '#1f77b4',
+                                  lambda x, y: f'micro {x:.0f}: {y:,.0f} tokens/s')
+        self.mfu = _Series(self.mfu_item, '#ff7f0e', lambda x, y: f'micro {x:.0f}: {y:.1f}% MFU')
+        self.scene().sigMouseMoved.connect(self._hover)
+
+    def set_data(self, micro, tokens_per_s, mfu, selected_micro: int | None = None) -> None:
+        """Replace both curves; highlight ``selected_micro``."""
+        micro = np.asarray(micro, float)
+        self.throughput.set_data(micro, tokens_per_s)
+        self.mfu.set_data(micro, 100 * np.asarray(mfu, float))
+        hit = np.flatnonzero(micro == selected_micro) if selected_micro is not None else []
+        if len(hit):
+            i = int(hit[0])
+            self.throughput.set_highlight(micro[i], float(np.asarray(tokens_per_s)[i]))
+            self.mfu.set_highlight(micro[i], 100 * float(np.asarray(mfu)[i]))
+        else:
+            self.throughput.set_highlight(None, None)
+            self.mfu.set_highlight(None, None)
+
+    def _hover(self, pos: QPointF) -> None:
+        self.throughput.hover(pos)
+        self.mfu.hover(pos)
+
+
+if __name__ == '__main__':
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication([])
+    w = time_vs_batch_plot()
+    w.set_data([1e6, 2e6, 4e6, 8e6], [30, 20, 15, 14])
+    w.set_highlight(4e6, 15)
+    w.set_marker(3e6, 'B_crit')
+    w.show()
+    app.exec()

@@ -1,0 +1,127 @@
+"""Measure this machine: a calibration run in a child process, with progress and cancel.
+
+The child is ``python -m planner.calibrate`` (the interpreter can be another one, with
+torch: the user's training environment). Its profile is saved where
+``batchfit plan --profile auto`` finds it.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QCoreApplication, Slot
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ui.controllers.calibration_controller import CalibrationController
+
+
+def _tr(text: str) -> str:
+    return QCoreApplication.translate('CalibrationDialog', text)
+
+
+class CalibrationDialog(QDialog):
+    """Start, follow and cancel one calibration."""
+
+    def __init__(self, model_text: str, seq_len: int, gpu_uuids: tuple[str, ...] = (),
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(_tr('Calibrate on this machine'))
+        self.resize(560, 300)
+        self.model_text, self.seq_len = model_text, seq_len
+        self.controller = CalibrationController(self)
+        layout = QVBoxLayout(self)
+        intro = QLabel(_tr('Times matmuls and a proxy training step of {m} (sequence {s}) in a '
+                           'separate process with torch, then saves a profile that plans use '
+                           'instead of the default efficiency curve.').format(m=model_text,
+                                                                              s=seq_len))
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        form = QFormLayout()
+        self.device_combo = QComboBox()
+        for uuid in gpu_uuids:
+            self.device_combo.addItem(_tr('GPU {u}').format(u=uuid), ('cuda', uuid))
+        self.device_combo.addItem(_tr('CPU (a quick check, not a GPU profile)'), ('cpu', ''))
+        form.addRow(_tr('device'), self.device_combo)
+        self.python_edit = QLineEdit()
+        self.python_edit.setPlaceholderText(_tr('this interpreter'))
+        self.python_edit.setToolTip(_tr('A Python with torch installed (your training '
+                                        'environment); blank: the one running batchfit.'))
+        form.addRow(_tr('Python with torch'), self.python_edit)
+        layout.addLayout(form)
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setRange(0, 1000)
+        layout.addWidget(self.progress_bar)
+        self.status_label = QLabel(_tr('Not started.'))
+        self.status_label.setObjectName('calibration_status')
+        self.status_label.setWordWrap(True)
+        layout.addWidget(self.status_label)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.start_button = QPushButton(_tr('Start'))
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton(_tr('Cancel run'))
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.controller.cancel)
+        close = QPushButton(_tr('Close'))
+        close.clicked.connect(self.close)
+        for b in (self.start_button, self.cancel_button, close):
+            row.addWidget(b)
+        layout.addLayout(row)
+        self.controller.progress.connect(self._progress)
+        self.controller.finished.connect(self._finished)
+        self.result: tuple[str, str, object] | None = None
+
+    def options(self, **extra):
+        """The ``CalibrationOptions`` the dialog's fields describe."""
+        from planner.calibrate.runner import CalibrationOptions
+        from planner.model_source import resolve_model
+
+        device, uuid = self.device_combo.currentData()
+        return CalibrationOptions(model=resolve_model(self.model_text), seq_len=self.seq_len,
+                                  device=device, gpu_uuids=(uuid,) if uuid else (),
+                                  python=self.python_edit.text().strip() or None, **extra)
+
+    @Slot()
+    def start(self, **extra) -> None:
+        """Start the child."""
+        self.result = None
+        self.controller.start(self.options(**extra))
+        self.start_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.status_label.setText(_tr('Starting…'))
+
+    @Slot(float, str, str)
+    def _progress(self, fraction: float, stage: str, message: str) -> None:
+        self.progress_bar.setValue(round(1000 * fraction))
+        self.status_label.setText(f'{stage}: {message}' if message else stage)
+
+    @Slot(str, str, object)
+    def _finished(self, status: str, message: str, saved) -> None:
+        self.result = (status, message, saved)
+        self.start_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        text = f'{status}: {message}'
+        if saved:
+            text += '\n' + _tr('Profile saved to {p}').format(p=saved)
+            self.progress_bar.setValue(1000)
+        self.status_label.setText(text)
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        self.controller.shutdown()
+        event.accept()
+
+
+if __name__ == '__main__':
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication([])
+    CalibrationDialog('gpt2-124m', 1024).exec()

@@ -1,0 +1,173 @@
+"""The selected plan as launcher commands and configs: one tab per ``planner.export`` format.
+
+Each tab shows the text (comments and flags highlighted), the caveats the exporter
+notes, and Copy / Save buttons. A format that refuses the plan says why in its tab.
+``planner.export`` and ``planner.plan_file`` are imported lazily:
+:func:`export_available` tells the window whether to offer the dialog at all.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QCoreApplication, QRegularExpression
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QGuiApplication,
+    QSyntaxHighlighter,
+    QTextCharFormat,
+)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+if TYPE_CHECKING:
+    from planner.plan_result import Candidate
+    from ui.plan_compute import PlanOutcome
+
+
+def _tr(text: str) -> str:
+    return QCoreApplication.translate('ExportDialog', text)
+
+
+def export_available() -> tuple[bool, str]:
+    """Whether the exporters can be used, and why not."""
+    try:
+        from planner.export import EXPORTERS, export_plan  # noqa: F401
+        from planner.plan_file import plan_file_from_search  # noqa: F401
+    except ImportError as exc:  # another part of batchfit not installed or not finished
+        return False, _tr('launcher export is not available: {e}').format(e=exc)
+    return True, ''
+
+
+class _Highlighter(QSyntaxHighlighter):
+    """Comments grey, ``--flags`` blue, ``KEY=`` and ``key:`` purple."""
+
+    def __init__(self, document) -> None:
+        super().__init__(document)
+        self.rules = []
+        for pattern, colour, bold in ((r'--[A-Za-z0-9_.-]+', '#1565c0', False),
+                                      (r'^\s*[A-Za-z_][A-Za-z0-9_.-]*\s*[:=]', '#6a1b9a', True),
+                                      (r'(^|\s)#.*$', '#757575', False)):
+            fmt = QTextCharFormat()
+            fmt.setForeground(QColor(colour))
+            if bold:
+                fmt.setFontWeight(QFont.Weight.Bold)
+            self.rules.append((QRegularExpression(pattern), fmt))
+
+    def highlightBlock(self, text: str) -> None:  # noqa: N802
+        for regex, fmt in self.rules:
+            it = regex.globalMatch(text)
+            while it.hasNext():
+                m = it.next()
+                self.setFormat(m.capturedStart(), m.capturedLength(), fmt)
+
+
+class ExportDialog(QDialog):
+    """One tab per launcher for candidate ``c`` of ``outcome``."""
+
+    def __init__(self, outcome: PlanOutcome, c: Candidate, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        from planner.errors import InputError
+        from planner.export import EXPORTERS, export_plan
+        from planner.plan_file import GuidanceInputs, plan_file_from_search
+
+        self.setWindowTitle(_tr('Export plan #{rank} to a launcher').format(rank=c.rank))
+        self.resize(900, 650)
+        layout = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        layout.addWidget(self.tabs)
+        self.texts: dict[str, str] = {}
+        self.errors: dict[str, str] = {}
+        index = next(i for i, x in enumerate(outcome.candidates) if x is c or x == c)
+        inputs = outcome.inputs
+        guidance = GuidanceInputs(base_lr=inputs.base_lr,
+                                  base_batch_samples=inputs.base_batch_samples,
+                                  b_noise_tokens=inputs.b_noise_tokens)
+        try:
+            plan = plan_file_from_search(outcome.request, outcome.result, index,
+                                         model_arg=inputs.model, guidance_inputs=guidance)
+        except InputError as exc:
+            plan = None
+            layout.insertWidget(0, QLabel(str(exc)))
+        for name, exporter in EXPORTERS.items():
+            page = QWidget()
+            page_layout = QVBoxLayout(page)
+            summary = QLabel(exporter.summary)
+            summary.setWordWrap(True)
+            page_layout.addWidget(summary)
+            try:
+                if plan is None:
+                    raise InputError('--format', _tr('no plan'))
+                result = export_plan(plan, name)
+            except InputError as exc:
+                self.errors[name] = str(exc)
+                message = QLabel(_tr('Not exported: {e}').format(e=exc))
+                message.setWordWrap(True)
+                message.setStyleSheet('color: #c62828;')
+                page_layout.addWidget(message)
+                page_layout.addStretch(1)
+                self.tabs.addTab(page, name)
+                continue
+            self.texts[name] = result.text
+            view = QPlainTextEdit(result.text)
+            view.setObjectName(f'export_{name}')
+            view.setReadOnly(True)
+            view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+            view._highlighter = _Highlighter(view.document())
+            page_layout.addWidget(view, 1)
+            if result.notes:
+                notes = QLabel('\n'.join(f'• {n}' for n in result.notes))
+                notes.setWordWrap(True)
+                notes.setStyleSheet('color: #ef6c00;')
+                page_layout.addWidget(notes)
+            row = QHBoxLayout()
+            row.addStretch(1)
+            copy = QPushButton(_tr('Copy'))
+            copy.clicked.connect(lambda _=False, t=result.text: QGuiApplication.clipboard()
+                                 .setText(t))
+            save = QPushButton(_tr('Save…'))
+            save.clicked.connect(lambda _=False, r=result: self._save(r.text, r.filename))
+            row.addWidget(copy)
+            row.addWidget(save)
+            page_layout.addLayout(row)
+            self.tabs.addTab(page, name)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def _save(self, text: str, filename: str) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, _tr('Save'), filename)
+        if not path:
+            return
+        try:
+            Path(path).write_text(text, encoding='utf-8')
+            if re.search(r'\.(sh|bash)$', path):
+                Path(path).chmod(0o755)
+        except OSError as exc:
+            QMessageBox.warning(self, _tr('Cannot save'), str(exc))
+
+
+if __name__ == '__main__':
+    from PySide6.QtWidgets import QApplication
+
+    from ui.plan_compute import compute_plan
+    from ui.plan_inputs import PlanInputs
+
+    app = QApplication([])
+    o = compute_plan(PlanInputs())
+    ExportDialog(o, o.candidates[0]).exec()

@@ -1,0 +1,531 @@
+"""The inputs of a plan, grouped: model, batch, training length, hardware, options.
+
+:class:`InputPanel` reads its widgets into a :class:`ui.plan_inputs.PlanInputs`
+(:meth:`InputPanel.read_inputs`) and writes one back (:meth:`InputPanel.set_inputs`).
+A value that cannot be parsed, or one the core rejects (an
+:class:`~planner.errors.InputError` naming ``--seq-len``...), turns its field red with
+the reason as tooltip and in the line under the group (:meth:`InputPanel.show_errors`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QCoreApplication, Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QCompleter,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QScrollArea,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from planner.errors import InputError
+from planner.recipes import OPTIMIZERS, RECIPES
+from planner.step_time import RECOMPUTE_MODES
+from ui.plan_inputs import PlanInputs
+from ui.widgets.field_check import (
+    FieldError,
+    error_of,
+    format_count,
+    mark_error,
+    parse_count,
+    parse_positive,
+)
+
+if TYPE_CHECKING:
+    from planner.hw import HardwareInventory
+
+TIPS = {
+    'model': 'A preset (type to search: llama-3.1-8b, qwen2.5-7b...), a size such as 7B '
+             '(a Llama-style shape), or a Hugging Face config.json (Browse, or drop it on '
+             'the window).',
+    'seq_len': 'Tokens per training sequence.',
+    'batch': 'Target global batch per optimizer step = micro-batch × accumulation × '
+             'data-parallel size. In sequences, or in tokens (must be a multiple of the '
+             'sequence length). Suffixes: k, M, B, T.',
+    'length': 'How much data the run sees: a token budget (e.g. 1T) or a data set of N '
+              'sequences × epochs. Sets the number of steps and so time-to-train.',
+    'gpu': 'The accelerator: this machine\'s GPUs first (when NVML finds them), then the '
+           'catalog (memory, peak FLOP/s, bandwidths, price).',
+    'nodes': 'Nodes available; the plan may use fewer.',
+    'gpus_per_node': 'GPUs in each node; tensor parallelism stays inside a node.',
+    'inter_node': 'Network between nodes (InfiniBand, RoCE, EFA...). Default: by GPU '
+                  'family (NDR for Hopper).',
+    'precision': 'Precision recipe: amp-bf16 = fp32 master weights with bf16 autocast; '
+                 'bf16-mixed keeps bf16 weights with an fp32 master copy; fp8 ...',
+    'optimizer': 'Optimizer: its states per parameter (AdamW 2 × fp32, 8-bit AdamW 2 × '
+                 '1 byte, SGD-momentum 1, Adafactor factored).',
+    'zero': 'ZeRO stages to try: 0 plain data parallel; 1 shards optimizer states; 2 also '
+            'gradients; 3 (FSDP) also weights.',
+    'recompute': 'Activation recompute to try: none keeps every activation; selective '
+                 'recomputes attention; full recomputes whole layers (≈ +33 % compute).',
+    'margin': 'GPU memory kept free for fragmentation spikes and what the model misses.',
+    'price': 'USD per GPU-hour; blank for the catalog\'s indicative price.',
+    'base_lr': 'A learning rate known to work at the base batch (for LR scaling rules).',
+    'base_batch': 'The global batch (sequences) the base LR was tuned at.',
+    'b_noise': 'Measured gradient noise scale B_noise in tokens (≈ the critical batch, '
+               'McCandlish et al. 2018); blank: the DeepSeek scaling law stands in.',
+}
+
+
+def _tr(text: str) -> str:
+    return QCoreApplication.translate('InputPanel', text)
+
+
+@lru_cache(maxsize=1)
+def _presets() -> tuple[tuple[str, str], ...]:
+    from planner.presets import load_presets
+
+    return tuple((key, spec.name) for key, spec in load_presets().items())
+
+
+@lru_cache(maxsize=1)
+def _gpus() -> tuple[tuple[str, str], ...]:
+    from planner.catalog import load_gpus
+
+    return tuple((key, spec.name) for key, spec in load_gpus().items())
+
+
+@lru_cache(maxsize=1)
+def _links() -> tuple[tuple[str, str], ...]:
+    from planner.catalog import load_interconnects
+
+    return tuple((key, spec.name) for key, spec in load_interconnects().items())
+
+
+@lru_cache(maxsize=64)
+def describe_model(text: str) -> str:
+    """'8.03 B parameters · 32 layers · hidden 4096' for a model text (raises InputError)."""
+    from planner.model_source import resolve_model
+
+    spec = resolve_model(text)
+    params = spec.total_params()
+    extra = f' ({spec.active_params() / 1e9:.2f} B active)' if spec.moe else ''
+    return (f'{spec.name}: {params / 1e9:,.2f} B parameters{extra} · {spec.num_layers} '
+            f'layers · hidden {spec.hidden_size} · {spec.num_heads} heads')
+
+
+class InputPanel(QScrollArea):
+    """Every plan input, grouped; emits :attr:`changed` on each edit."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setMinimumWidth(330)
+        body = QWidget()
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(6, 6, 6, 6)
+        self._tips: dict[QWidget, str] = {}
+        self._local_count = 0
+
+        # model
+        box, form = self._group(_tr('Model'))
+        self.model_edit = QLineEdit()
+        self.model_edit.setObjectName('model_edit')
+        self.model_edit.setPlaceholderText(_tr('preset, size (7B) or config.json'))
+        words = [key for key, _ in _presets()] + [name for _, name in _presets()]
+        completer = QCompleter(sorted(set(words), key=str.lower), self.model_edit)
+        completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        completer.setFilterMode(Qt.MatchFlag.MatchContains)
+        self.model_edit.setCompleter(completer)
+        browse = QToolButton()
+        browse.setText('…')
+        browse.setToolTip(_tr('Open a Hugging Face config.json'))
+        browse.clicked.connect(self._browse_config)
+        row = QHBoxLayout()
+        row.addWidget(self.model_edit, 1)
+        row.addWidget(browse)
+        self._add_row(form, _tr('model'), row, self.model_edit, TIPS['model'])
+        self.model_info = QLabel()
+        self.model_info.setObjectName('model_info')
+        self.model_info.setWordWrap(True)
+        form.addRow(self.model_info)
+        self.seq_len_edit = self._line(form, _tr('sequence length'), 'seq_len', TIPS['seq_len'])
+        layout.addWidget(box)
+
+        # batch and length
+        box, form = self._group(_tr('Batch and training length'))
+        self.batch_edit = QLineEdit()
+        self.batch_edit.setObjectName('batch_edit')
+        self.batch_unit_combo = QComboBox()
+        self.batch_unit_combo.addItem(_tr('sequences'), 'samples')
+        self.batch_unit_combo.addItem(_tr('tokens'), 'tokens')
+        row = QHBoxLayout()
+        row.addWidget(self.batch_edit, 1)
+        row.addWidget(self.batch_unit_combo)
+        self._add_row(form, _tr('global batch'), row, self.batch_edit, TIPS['batch'])
+        self.batch_info = QLabel()
+        self.batch_info.setWordWrap(True)
+        form.addRow(self.batch_info)
+        self.length_kind_combo = QComboBox()
+        self.length_kind_combo.addItem(_tr('token budget'), 'tokens')
+        self.length_kind_combo.addItem(_tr('data set × epochs'), 'samples')
+        self._add_row(form, _tr('training length'), self.length_kind_combo,
+                      self.length_kind_combo, TIPS['length'])
+        self.tokens_edit = self._line(form, _tr('tokens'), 'tokens', TIPS['length'])
+        self.samples_edit = self._line(form, _tr('sequences in data set'), 'samples',
+                                       TIPS['length'])
+        self.epochs_edit = self._line(form, _tr('epochs'), 'epochs', TIPS['length'])
+        self._length_form = form
+        layout.addWidget(box)
+
+        # hardware
+        box, form = self._group(_tr('Hardware'))
+        self.gpu_combo = QComboBox()
+        self.gpu_combo.setObjectName('gpu_combo')
+        self.gpu_combo.setMaxVisibleItems(20)
+        self._add_row(form, _tr('GPU'), self.gpu_combo, self.gpu_combo, TIPS['gpu'])
+        self.nodes_spin = QSpinBox()
+        self.nodes_spin.setRange(1, 100_000)
+        self._add_row(form, _tr('nodes'), self.nodes_spin, self.nodes_spin, TIPS['nodes'])
+        self.gpus_per_node_spin = QSpinBox()
+        self.gpus_per_node_spin.setRange(1, 256)
+        self._add_row(form, _tr('GPUs per node'), self.gpus_per_node_spin,
+                      self.gpus_per_node_spin, TIPS['gpus_per_node'])
+        self.inter_node_combo = QComboBox()
+        self.inter_node_combo.addItem(_tr('default for the GPU family'), '')
+        for key, name in _links():
+            self.inter_node_combo.addItem(f'{name} ({key})', key)
+        self._add_row(form, _tr('inter-node link'), self.inter_node_combo,
+                      self.inter_node_combo, TIPS['inter_node'])
+        layout.addWidget(box)
+        self._fill_gpu_combo()
+
+        # options
+        box, form = self._group(_tr('Options'))
+        self.precision_combo = QComboBox()
+        for key in RECIPES:
+            self.precision_combo.addItem(key, key)
+        self._add_row(form, _tr('precision'), self.precision_combo, self.precision_combo,
+                      TIPS['precision'])
+        self.optimizer_combo = QComboBox()
+        for key in OPTIMIZERS:
+            self.optimizer_combo.addItem(key, key)
+        self._add_row(form, _tr('optimizer'), self.optimizer_combo, self.optimizer_combo,
+                      TIPS['optimizer'])
+        self.zero_boxes = {z: QCheckBox(str(z)) for z in (0, 1, 2, 3)}
+        self.zero_row = self._checks(form, _tr('ZeRO stages'), self.zero_boxes, TIPS['zero'])
+        self.recompute_boxes = {m: QCheckBox(m) for m in RECOMPUTE_MODES}
+        self.recompute_row = self._checks(form, _tr('recompute'), self.recompute_boxes,
+                                          TIPS['recompute'])
+        self.margin_spin = QDoubleSpinBox()
+        self.margin_spin.setRange(0.0, 50.0)
+        self.margin_spin.setDecimals(1)
+        self.margin_spin.setSuffix(' %')
+        self._add_row(form, _tr('memory margin'), self.margin_spin, self.margin_spin,
+                      TIPS['margin'])
+        self.price_edit = self._line(form, _tr('price (USD/GPU-hour)'), 'price', TIPS['price'])
+        self.price_edit.setPlaceholderText(_tr('catalog price'))
+        self.base_lr_edit = self._line(form, _tr('base LR'), 'base_lr', TIPS['base_lr'])
+        self.base_batch_edit = self._line(form, _tr('base batch (sequences)'), 'base_batch',
+                                          TIPS['base_batch'])
+        self.b_noise_edit = self._line(form, _tr('B_noise (tokens)'), 'b_noise', TIPS['b_noise'])
+        layout.addWidget(box)
+
+        self.error_label = QLabel()
+        self.error_label.setObjectName('error_label')
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet('color: #c62828;')
+        layout.addWidget(self.error_label)
+        layout.addStretch(1)
+        self.setWidget(body)
+
+        self._flag_widgets: dict[str, QWidget] = {
+            '--model': self.model_edit, '--seq-len': self.seq_len_edit,
+            '--global-batch': self.batch_edit, '--global-batch-tokens': self.batch_edit,
+            '--tokens': self.tokens_edit, '--samples': self.samples_edit,
+            '--epochs': self.epochs_edit, '--gpu': self.gpu_combo, '--nodes': self.nodes_spin,
+            '--gpus-per-node': self.gpus_per_node_spin, '--inter-node': self.inter_node_combo,
+            '--precision': self.precision_combo, '--optimizer': self.optimizer_combo,
+            '--zero': self.zero_row, '--recompute': self.recompute_row,
+            '--margin': self.margin_spin, '--price': self.price_edit,
+            '--base-lr': self.base_lr_edit, '--base-batch': self.base_batch_edit,
+            '--b-noise': self.b_noise_edit,
+        }
+        self.set_inputs(PlanInputs())
+        for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
+                     self.samples_edit, self.epochs_edit, self.price_edit, self.base_lr_edit,
+                     self.base_batch_edit, self.b_noise_edit):
+            edit.textChanged.connect(self._edited)
+        for combo in (self.batch_unit_combo, self.length_kind_combo, self.gpu_combo,
+                      self.inter_node_combo, self.precision_combo, self.optimizer_combo):
+            combo.currentIndexChanged.connect(self._edited)
+        for spin in (self.nodes_spin, self.gpus_per_node_spin, self.margin_spin):
+            spin.valueChanged.connect(self._edited)
+        for box in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
+            box.toggled.connect(self._edited)
+        self.gpu_combo.currentIndexChanged.connect(self._gpu_picked)
+
+    # ---- building --------------------------------------------------------------------
+
+    def _group(self, title: str) -> tuple[QGroupBox, QFormLayout]:
+        box = QGroupBox(title)
+        form = QFormLayout(box)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        return box, form
+
+    def _add_row(self, form: QFormLayout, label: str, field, tip_widget: QWidget,
+                 tip: str) -> None:
+        lab = QLabel(label)
+        lab.setToolTip(_tr(tip))
+        tip_widget.setToolTip(_tr(tip))
+        self._tips[tip_widget] = _tr(tip)
+        form.addRow(lab, field)
+
+    def _line(self, form: QFormLayout, label: str, name: str, tip: str) -> QLineEdit:
+        edit = QLineEdit()
+        edit.setObjectName(f'{name}_edit')
+        self._add_row(form, label, edit, edit, tip)
+        return edit
+
+    def _checks(self, form: QFormLayout, label: str, boxes: dict, tip: str) -> QWidget:
+        row = QWidget()
+        lay = QHBoxLayout(row)
+        lay.setContentsMargins(0, 0, 0, 0)
+        for box in boxes.values():
+            lay.addWidget(box)
+        lay.addStretch(1)
+        self._add_row(form, label, row, row, tip)
+        return row
+
+    def _fill_gpu_combo(self, inventory: HardwareInventory | None = None) -> None:
+        current = self.gpu_combo.currentData()
+        self.gpu_combo.blockSignals(True)
+        self.gpu_combo.clear()
+        self._local_count = 0
+        if inventory is not None and inventory.gpus:
+            keys = [g.catalog for g in inventory.gpus]
+            names = {g.name for g in inventory.gpus}
+            key = keys[0]
+            if key is not None and all(k == key for k in keys):
+                self._local_count = len(keys)
+                self.gpu_combo.addItem(_tr('This machine: {n} × {name}').format(
+                    n=len(keys), name=', '.join(sorted(n for n in names if n))), key)
+                self.gpu_combo.setItemData(0, 'local', Qt.ItemDataRole.UserRole + 1)
+                self.gpu_combo.insertSeparator(1)
+        for key, name in _gpus():
+            self.gpu_combo.addItem(f'{name} ({key})', key)
+        index = self.gpu_combo.findData(current) if current else 0
+        self.gpu_combo.setCurrentIndex(max(index, 0))
+        self.gpu_combo.blockSignals(False)
+
+    def set_local_gpus(self, inventory: HardwareInventory) -> None:
+        """Offer this machine's GPUs first in the GPU list."""
+        self._fill_gpu_combo(inventory)
+
+    def use_local_gpus(self) -> bool:
+        """Select this machine's GPUs (one node of them); False when there are none."""
+        if not self._local_count:
+            return False
+        self.gpu_combo.setCurrentIndex(0)
+        self._gpu_picked(0)
+        return True
+
+    # ---- reading and writing ---------------------------------------------------------
+
+    def set_inputs(self, inputs: PlanInputs) -> None:
+        """Show ``inputs`` (one :attr:`changed` at the end)."""
+        widgets = [self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
+                   self.samples_edit, self.epochs_edit, self.price_edit, self.base_lr_edit,
+                   self.base_batch_edit, self.b_noise_edit, self.batch_unit_combo,
+                   self.length_kind_combo, self.gpu_combo, self.inter_node_combo,
+                   self.precision_combo, self.optimizer_combo, self.nodes_spin,
+                   self.gpus_per_node_spin, self.margin_spin,
+                   *self.zero_boxes.values(), *self.recompute_boxes.values()]
+        for w in widgets:
+            w.blockSignals(True)
+        try:
+            self.model_edit.setText(inputs.model)
+            self.seq_len_edit.setText(str(inputs.seq_len))
+            self.batch_edit.setText(str(inputs.batch_value))
+            self._set_combo(self.batch_unit_combo, inputs.batch_unit)
+            self._set_combo(self.length_kind_combo, inputs.length_kind)
+            self.tokens_edit.setText(format_count(inputs.length_tokens))
+            self.samples_edit.setText(str(inputs.length_samples))
+            self.epochs_edit.setText(f'{inputs.length_epochs:g}')
+            local = self.gpu_combo.itemData(0, Qt.ItemDataRole.UserRole + 1) == 'local'
+            if local and self.gpu_combo.itemData(0) == inputs.gpu:
+                self.gpu_combo.setCurrentIndex(0)
+            else:
+                self._set_combo(self.gpu_combo, inputs.gpu, start=2 if local else 0)
+            self.nodes_spin.setValue(inputs.nodes)
+            self.gpus_per_node_spin.setValue(inputs.gpus_per_node)
+            self._set_combo(self.inter_node_combo, inputs.inter_node)
+            self._set_combo(self.precision_combo, inputs.precision)
+            self._set_combo(self.optimizer_combo, inputs.optimizer)
+            for z, box in self.zero_boxes.items():
+                box.setChecked(z in inputs.zero_stages)
+            for m, box in self.recompute_boxes.items():
+                box.setChecked(m in inputs.recompute_modes)
+            self.margin_spin.setValue(inputs.margin_percent)
+            for edit, value in ((self.price_edit, inputs.price_per_gpu_hour_usd),
+                                (self.base_lr_edit, inputs.base_lr),
+                                (self.base_batch_edit, inputs.base_batch_samples),
+                                (self.b_noise_edit, inputs.b_noise_tokens)):
+                edit.setText('' if value is None else f'{value:g}')
+        finally:
+            for w in widgets:
+                w.blockSignals(False)
+        self._edited()
+
+    @staticmethod
+    def _set_combo(combo: QComboBox, data, start: int = 0) -> None:
+        for i in range(start, combo.count()):
+            if combo.itemData(i) == data:
+                combo.setCurrentIndex(i)
+                return
+
+    def read_inputs(self) -> tuple[PlanInputs | None, dict[str, str]]:
+        """The inputs shown, or None with ``{flag: reason}`` for every bad field."""
+        errors: dict[str, str] = {}
+        values: dict[str, object] = {}
+
+        def take(name: str, parse) -> None:
+            try:
+                values[name] = parse()
+            except FieldError as exc:
+                errors[exc.flag] = exc.message
+            except InputError as exc:
+                errors[exc.field] = str(exc).split(': ', 1)[-1]
+
+        model = self.model_edit.text().strip()
+        values['model'] = model
+        try:
+            describe_model(model)
+        except InputError as exc:
+            errors['--model'] = str(exc).split(': ', 1)[-1]
+        take('seq_len', lambda: int(parse_count('--seq-len', self.seq_len_edit.text())))
+        unit = self.batch_unit_combo.currentData()
+        flag = '--global-batch-tokens' if unit == 'tokens' else '--global-batch'
+        take('batch_value', lambda: int(parse_count(flag, self.batch_edit.text())))
+        values['batch_unit'] = unit
+        kind = self.length_kind_combo.currentData()
+        values['length_kind'] = kind
+        if kind == 'tokens':
+            take('length_tokens', lambda: parse_count('--tokens', self.tokens_edit.text(),
+                                                      integer=False))
+        else:
+            take('length_samples', lambda: int(parse_count('--samples',
+                                                           self.samples_edit.text())))
+            take('length_epochs', lambda: parse_positive('--epochs', self.epochs_edit.text()))
+        values['gpu'] = self.gpu_combo.currentData()
+        values['nodes'] = self.nodes_spin.value()
+        values['gpus_per_node'] = self.gpus_per_node_spin.value()
+        values['inter_node'] = self.inter_node_combo.currentData() or ''
+        values['precision'] = self.precision_combo.currentData()
+        values['optimizer'] = self.optimizer_combo.currentData()
+        zeros = tuple(z for z, box in self.zero_boxes.items() if box.isChecked())
+        if not zeros:
+            errors['--zero'] = _tr('tick at least one ZeRO stage')
+        values['zero_stages'] = zeros
+        modes = tuple(m for m, box in self.recompute_boxes.items() if box.isChecked())
+        if not modes:
+            errors['--recompute'] = _tr('tick at least one recompute mode')
+        values['recompute_modes'] = modes
+        values['margin_percent'] = self.margin_spin.value()
+        take('price_per_gpu_hour_usd',
+             lambda: parse_positive('--price', self.price_edit.text(), optional=True))
+        take('base_lr', lambda: parse_positive('--base-lr', self.base_lr_edit.text(),
+                                               optional=True))
+        take('base_batch_samples',
+             lambda: (None if not self.base_batch_edit.text().strip() else
+                      parse_count('--base-batch', self.base_batch_edit.text())))
+        take('b_noise_tokens', lambda: (None if not self.b_noise_edit.text().strip() else
+                                        parse_count('--b-noise', self.b_noise_edit.text(),
+                                                    integer=False)))
+        if ('base_lr' in values and 'base_batch_samples' in values
+                and (values['base_lr'] is None) != (values['base_batch_samples'] is None)):
+            errors['--base-batch' if values['base_lr'] is not None else '--base-lr'] = _tr(
+                'give the base LR and the base batch together')
+        if errors:
+            return None, errors
+        return PlanInputs().with_changes(**values), {}
+
+    # ---- errors ----------------------------------------------------------------------
+
+    def show_errors(self, errors: dict[str, str]) -> None:
+        """Mark every field in ``errors`` red with its reason; clear the others."""
+        marked = set()
+        lines = []
+        for flag, message in errors.items():
+            widget = self._flag_widgets.get(flag)
+            lines.append(f'{flag.lstrip("-")}: {message}')
+            if widget is not None:
+                mark_error(widget, message)
+                marked.add(widget)
+        for widget in set(self._flag_widgets.values()) - marked:
+            if error_of(widget):
+                mark_error(widget, None, self._tips.get(widget, ''))
+        self.error_label.setText('\n'.join(lines))
+
+    def show_input_error(self, exc: InputError) -> None:
+        """Mark the field an :class:`InputError` from the core names."""
+        self.show_errors({exc.field: str(exc).split(': ', 1)[-1]})
+
+    def field_for(self, flag: str) -> QWidget | None:
+        """The widget that edits ``flag`` (``--seq-len``...)."""
+        return self._flag_widgets.get(flag)
+
+    # ---- slots -----------------------------------------------------------------------
+
+    def _edited(self, *_args) -> None:
+        kind = self.length_kind_combo.currentData()
+        self._length_form.setRowVisible(self.tokens_edit, kind == 'tokens')
+        self._length_form.setRowVisible(self.samples_edit, kind == 'samples')
+        self._length_form.setRowVisible(self.epochs_edit, kind == 'samples')
+        try:
+            self.model_info.setText(describe_model(self.model_edit.text().strip()))
+            self.model_info.setStyleSheet('')
+        except InputError as exc:
+            self.model_info.setText(str(exc).split(': ', 1)[-1])
+            self.model_info.setStyleSheet('color: #c62828;')
+        self._update_batch_info()
+        self.changed.emit()
+
+    def _update_batch_info(self) -> None:
+        try:
+            value = parse_count('--global-batch', self.batch_edit.text())
+            seq = parse_count('--seq-len', self.seq_len_edit.text())
+        except FieldError:
+            self.batch_info.setText('')
+            return
+        if self.batch_unit_combo.currentData() == 'tokens':
+            text = _tr('= {n:,.6g} sequences of {s:,.0f}').format(n=value / seq, s=seq)
+        else:
+            text = _tr('= {t:,.0f} tokens').format(t=value * seq)
+        self.batch_info.setText(text)
+
+    def _gpu_picked(self, index: int) -> None:
+        if self.gpu_combo.itemData(index, Qt.ItemDataRole.UserRole + 1) == 'local':
+            self.nodes_spin.setValue(1)
+            self.gpus_per_node_spin.setValue(self._local_count)
+
+    def _browse_config(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, _tr('Open a Hugging Face config.json'), '',
+                                              _tr('config.json (*.json);;All files (*)'))
+        if path:
+            self.model_edit.setText(path)
+
+
+if __name__ == '__main__':
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication([])
+    w = InputPanel()
+    w.changed.connect(lambda: print(w.read_inputs()))
+    w.show()
+    app.exec()
