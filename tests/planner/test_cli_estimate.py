@@ -8,19 +8,16 @@ import pytest
 
 from planner.cli import main
 from planner.presets import find_preset
+from tests.cli_helpers import run_cli
 
 EXAMPLE = ['estimate', '--model', 'llama-3.1-8b', '--seq-len', '4096', '--micro-batch', '2',
            '--gpu', 'h100-sxm', '--gpus-per-node', '8', '--zero', '1']
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_estimate_json_schema(capsys):
-    code, out, err = run(capsys, *EXAMPLE, '--json')
+    code, out, err = run_cli(capsys, *EXAMPLE, '--json')
     assert code == 0, err
     doc = json.loads(out)
     assert doc['model']['parameters'] == 8_030_261_248
@@ -46,7 +43,7 @@ def test_estimate_json_schema(capsys):
 
 
 def test_estimate_text_names_every_part_and_the_verdict(capsys):
-    code, out, _ = run(capsys, *EXAMPLE, '--recompute', 'full')
+    code, out, _ = run_cli(capsys, *EXAMPLE, '--recompute', 'full')
     assert code == 0
     for words in ('weights', 'optimizer states', 'activations', 'tensor peak', 'CUDA context',
                   'allocator reserve', 'total', 'GiB'):
@@ -56,7 +53,7 @@ def test_estimate_text_names_every_part_and_the_verdict(capsys):
 
 def test_zero_and_recompute_lower_the_peak(capsys):
     def peak(*extra):
-        code, out, _ = run(capsys, *EXAMPLE, '--json', *extra)
+        code, out, _ = run_cli(capsys, *EXAMPLE, '--json', *extra)
         assert code == 0
         return json.loads(out)['memory']['total_bytes']
 
@@ -66,9 +63,9 @@ def test_zero_and_recompute_lower_the_peak(capsys):
 
 def test_fits_verdict_follows_the_gpu(capsys):
     tiny = ['estimate', '--model', 'gpt2', '--seq-len', '1024', '--micro-batch', '1', '--json']
-    _, out, _ = run(capsys, *tiny, '--gpu', 'h100-sxm')
+    _, out, _ = run_cli(capsys, *tiny, '--gpu', 'h100-sxm')
     assert json.loads(out)['memory']['fits'] is True
-    _, out, _ = run(capsys, 'estimate', '--model', 'llama-3.1-70b', '--seq-len', '4096',
+    _, out, _ = run_cli(capsys, 'estimate', '--model', 'llama-3.1-70b', '--seq-len', '4096',
                     '--micro-batch', '1', '--gpu', 't4', '--json')
     assert json.loads(out)['memory']['fits'] is False
 
@@ -79,11 +76,11 @@ def test_hf_config_and_size_sources(capsys, tmp_path):
         'model_type': 'llama', 'hidden_size': 4096, 'intermediate_size': 14336,
         'num_hidden_layers': 32, 'num_attention_heads': 32, 'num_key_value_heads': 8,
         'vocab_size': 128256, 'tie_word_embeddings': False}))
-    code, out, _ = run(capsys, 'estimate', '--model', str(config), '--seq-len', '2048',
+    code, out, _ = run_cli(capsys, 'estimate', '--model', str(config), '--seq-len', '2048',
                        '--micro-batch', '1', '--json')
     assert code == 0
     assert json.loads(out)['model']['parameters'] == 8_030_261_248
-    code, out, _ = run(capsys, 'estimate', '--model', '7B', '--seq-len', '2048',
+    code, out, _ = run_cli(capsys, 'estimate', '--model', '7B', '--seq-len', '2048',
                        '--micro-batch', '1', '--json')
     assert code == 0
     assert json.loads(out)['model']['parameters'] == pytest.approx(7e9, rel=0.05)
@@ -157,17 +154,17 @@ def test_unknown_model_type_names_the_needed_fields(capsys, tmp_path):
 
 
 def test_models_and_gpu_catalog_listings(capsys):
-    code, out, _ = run(capsys, 'models', '--json')
+    code, out, _ = run_cli(capsys, 'models', '--json')
     assert code == 0
     presets = json.loads(out)
     assert len(presets) >= 25
     by_key = {p['key']: p for p in presets}
     assert by_key['llama-3.1-8b']['parameters'] == find_preset('llama-3.1-8b').total_params()
-    code, out, _ = run(capsys, 'gpus', '--catalog', '--json')
+    code, out, _ = run_cli(capsys, 'gpus', '--catalog', '--json')
     assert code == 0
     catalog = json.loads(out)
     assert len(catalog['gpus']) >= 25
     assert len(catalog['interconnects']) >= 5
-    code, out, _ = run(capsys, 'gpus', '--catalog')
+    code, out, _ = run_cli(capsys, 'gpus', '--catalog')
     assert 'H100' in out
     assert 'InfiniBand' in out

@@ -7,12 +7,13 @@ import json
 
 import pytest
 
-from planner.cli import EXIT_BAD_INPUT, main
+from planner.cli import EXIT_BAD_INPUT
 from planner.errors import InputError
 from planner.export import EXPORTERS, ExportOptions, export_plan
 from planner.export.batch import check_candidate
 from planner.plan_file import write_plan
 from planner.toml_compat import tomllib
+from tests.cli_helpers import run_cli
 from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_script
 
 
@@ -28,13 +29,6 @@ def mp_plan():
                      precision='bf16-mixed')
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize('fmt', list(EXPORTERS))
@@ -134,11 +128,11 @@ def test_torchtitan_launch_comment_runs(tmp_path, mp_plan):
 def test_export_cli(tmp_path, capsys, dp_plan):
     path = tmp_path / 'plan.json'
     write_plan(path, dp_plan)
-    code, out, err = run(capsys, 'export', str(path), '--format', 'deepspeed')
+    code, out, err = run_cli(capsys, 'export', str(path), '--format', 'deepspeed')
     assert code == 0, err
     assert json.loads(out)['train_batch_size'] == 256
     target = tmp_path / 'launch.sh'
-    code, out, err = run(capsys, 'export', str(path), '--format', 'hf', '-o', str(target),
+    code, out, err = run_cli(capsys, 'export', str(path), '--format', 'hf', '-o', str(target),
                          '--script', 'run me.py', '--script-args', '--data', 'x y')
     assert code == 0
     assert out == ''
@@ -151,15 +145,15 @@ def test_export_cli(tmp_path, capsys, dp_plan):
 def test_export_cli_errors(tmp_path, capsys, mp_plan):
     path = tmp_path / 'plan.json'
     write_plan(path, mp_plan)
-    code, out, err = run(capsys, 'export', str(path), '--format', 'hf', '-o',
+    code, out, err = run_cli(capsys, 'export', str(path), '--format', 'hf', '-o',
                          str(tmp_path / 'x.sh'))
     assert code == EXIT_BAD_INPUT
     assert out == ''
     assert err.startswith('batchfit: error: --format hf:')
     assert err.count('\n') == 1
     assert not (tmp_path / 'x.sh').exists()
-    code, _, err = run(capsys, 'export', str(path), '--format', 'nope')
+    code, _, err = run_cli(capsys, 'export', str(path), '--format', 'nope')
     assert code == EXIT_BAD_INPUT
-    code, _, err = run(capsys, 'export', str(tmp_path / 'missing.json'), '--format', 'hf')
+    code, _, err = run_cli(capsys, 'export', str(tmp_path / 'missing.json'), '--format', 'hf')
     assert code == EXIT_BAD_INPUT
     assert 'no such plan file' in err

@@ -11,6 +11,7 @@ import pytest
 from planner import gpus_cli
 from planner.cli import main
 from planner.hw import nvml
+from tests.cli_helpers import run_cli
 from tests.planner import fake_nvml as fk
 from tests.planner.fake_nvml import FakeNvml, install, real_driver_present
 
@@ -26,12 +27,6 @@ def fake(monkeypatch):
     nvml.shutdown()
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 class _Tty(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -41,7 +36,7 @@ def test_table_and_topology(fake, capsys):
     fake.gpus[0].memory_used_bytes = 40 * 2**30
     fake.gpus[0].utilization = (97, 41)
     fake.gpus[0].processes = [(os.getpid(), 40 * 2**30)]
-    code, out, err = run(capsys, 'gpus')
+    code, out, err = run_cli(capsys, 'gpus')
     assert code == 0
     assert err == ''
     assert out.startswith('8 NVIDIA GPUs: 8 x NVIDIA H100 80GB HBM3 (h100-sxm)')
@@ -75,7 +70,7 @@ def test_lost_unknown_and_unsupported_in_text(fake, capsys):
     fake.gpus[7].name = 'NVIDIA Quasar Q9'
     fake.gpus[2].fail['nvmlDeviceGetPowerUsage'] = fk.NOT_SUPPORTED
     fake.gpus[1].pcie = (1, 16)  # idle link trained down
-    code, out, _ = run(capsys, 'gpus')
+    code, out, _ = run_cli(capsys, 'gpus')
     assert code == 0
     assert 'NVIDIA H100 80GB HBM3 (lost)' in out
     assert 'GPU 3 stopped answering NVML' in out
@@ -89,7 +84,7 @@ def test_lost_unknown_and_unsupported_in_text(fake, capsys):
 
 
 def test_json_snapshot(fake, capsys):
-    code, out, _ = run(capsys, 'gpus', '--json')
+    code, out, _ = run_cli(capsys, 'gpus', '--json')
     assert code == 0
     doc = json.loads(out)
     assert doc['status'] == 'ok'
@@ -108,7 +103,7 @@ def test_json_snapshot(fake, capsys):
 
 def test_no_driver_shows_why_then_the_catalog(monkeypatch, capsys):
     install(monkeypatch, FakeNvml(init_error=fk.LIBRARY_NOT_FOUND))
-    code, out, err = run(capsys, 'gpus')
+    code, out, err = run_cli(capsys, 'gpus')
     assert code == 0
     assert err == ''
     lines = out.splitlines()
@@ -116,14 +111,14 @@ def test_no_driver_shows_why_then_the_catalog(monkeypatch, capsys):
     assert lines[1] == HINT
     assert 'h100-sxm' in out  # the catalog follows
     assert 'InfiniBand' in out
-    code, out, _ = run(capsys, 'gpus', '--json')
+    code, out, _ = run_cli(capsys, 'gpus', '--json')
     assert code == 0
     assert json.loads(out)['status'] == 'no_driver'
 
 
 def test_driver_mismatch_exits_zero(monkeypatch, capsys):
     install(monkeypatch, FakeNvml(init_error=fk.LIB_RM_VERSION_MISMATCH))
-    code, out, _ = run(capsys, 'gpus')
+    code, out, _ = run_cli(capsys, 'gpus')
     assert code == 0
     assert 'reboot' in out.splitlines()[0]
     assert out.splitlines()[1] == HINT
@@ -132,30 +127,30 @@ def test_driver_mismatch_exits_zero(monkeypatch, capsys):
 @pytest.mark.skipif(real_driver_present(), reason='an NVIDIA driver is present')
 def test_real_machine_without_driver(capsys):
     nvml.shutdown()
-    code, out, err = run(capsys, 'gpus')
+    code, out, err = run_cli(capsys, 'gpus')
     assert code == 0
     assert err == ''
     assert out.splitlines()[0].startswith('no NVIDIA driver found')
     assert HINT in out
-    code, out, _ = run(capsys, 'gpus', '--json')
+    code, out, _ = run_cli(capsys, 'gpus', '--json')
     assert code == 0
     assert json.loads(out)['status'] == 'no_driver'
 
 
 def test_catalog_listing_unchanged(fake, capsys):
-    code, out, _ = run(capsys, 'gpus', '--catalog', '--json')
+    code, out, _ = run_cli(capsys, 'gpus', '--catalog', '--json')
     assert code == 0
     catalog = json.loads(out)
     assert 'h100-sxm' in {g['key'] for g in catalog['gpus']}
     assert catalog['interconnects']
-    code, out, _ = run(capsys, 'gpus', '--catalog')
+    code, out, _ = run_cli(capsys, 'gpus', '--catalog')
     assert code == 0
     assert out.startswith('gpu ')
     assert fake.calls['nvmlInit'] == 0  # --catalog never touches NVML
 
 
 def test_watch_with_catalog_is_bad_input(capsys):
-    code, _, err = run(capsys, 'gpus', '--catalog', '--watch')
+    code, _, err = run_cli(capsys, 'gpus', '--catalog', '--watch')
     assert code == 2
     assert err.startswith('batchfit: error: --watch:')
     assert len(err.splitlines()) == 1
@@ -221,13 +216,13 @@ def test_watch_ends_cleanly_on_ctrl_c(fake, capsys, monkeypatch):
             raise KeyboardInterrupt
 
     monkeypatch.setattr(gpus_cli, 'pause', pause)
-    code, out, err = run(capsys, 'gpus', '--watch')
+    code, out, err = run_cli(capsys, 'gpus', '--watch')
     assert code == 0
     assert err == ''
     assert pauses == [1.0, 1.0]  # the default interval
     assert out.count('8 NVIDIA GPUs') == 2
     pauses.clear()
-    code, out, _ = run(capsys, 'gpus', '--watch', '0.25', '--json')
+    code, out, _ = run_cli(capsys, 'gpus', '--watch', '0.25', '--json')
     assert code == 0
     assert pauses == [0.25, 0.25]
     assert [json.loads(line)['status'] for line in out.splitlines()] == ['ok', 'ok']

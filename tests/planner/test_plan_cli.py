@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from planner.cli import EXIT_BAD_INPUT, main
+from planner.cli import EXIT_BAD_INPUT
 from planner.plan_cli import EXIT_NO_PLAN, PLAN_SCHEMA
+from tests.cli_helpers import run_cli
 
 BASE = ['plan', '--model', 'llama-3-8b', '--seq-len', '4096', '--gpu', 'h100', '--nodes', '4',
         '--precision', 'bf16-mixed', '--framework', 'megatron']
@@ -17,18 +18,10 @@ CANDIDATE_KEYS = {'nodes', 'gpus_per_node', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micr
                   'global_batch', 'layout', 'rank', 'on_pareto', 'step_breakdown_s'}
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    """``batchfit`` in-process: (exit code, stdout, stderr); argparse exits via SystemExit."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_text_report(capsys):
-    code, out, err = run(capsys, *BASE, '--global-batch', '256', '--tokens', '100B',
+    code, out, err = run_cli(capsys, *BASE, '--global-batch', '256', '--tokens', '100B',
                          '--base-lr', '3e-4', '--base-batch', '512')
     assert code == 0, err
     assert 'tp/pp/cp/dp' in out
@@ -43,7 +36,7 @@ def test_text_report(capsys):
 
 
 def test_json_document(capsys):
-    code, out, _ = run(capsys, *BASE, '--global-batch-tokens', '1048576', '--samples', '100000',
+    code, out, _ = run_cli(capsys, *BASE, '--global-batch-tokens', '1048576', '--samples', '100000',
                        '--epochs', '2', '--base-lr', '1e-4', '--base-batch', '524288',
                        '--inter-node', 'roce-400', '--zero', '0,1', '--recompute',
                        'none,full', '--top', '5', '--json', '--price', '2.5')
@@ -74,7 +67,7 @@ def test_json_document(capsys):
 
 
 def test_no_exact_factorisation_exits_1_with_the_nearest_batches(capsys):
-    code, out, err = run(capsys, *BASE, '--global-batch-tokens', '4M', '--tokens', '1T',
+    code, out, err = run_cli(capsys, *BASE, '--global-batch-tokens', '4M', '--tokens', '1T',
                          '--json')
     assert code == EXIT_NO_PLAN
     doc = json.loads(out)
@@ -82,7 +75,7 @@ def test_no_exact_factorisation_exits_1_with_the_nearest_batches(capsys):
     assert doc['candidates'] == []
     assert doc['nearest_global_batches'] == {'below': 976, 'above': 977}
     assert 'nearest global batches' in err
-    code, out, _ = run(capsys, *BASE, '--global-batch-tokens', '4M', '--tokens', '1T')
+    code, out, _ = run_cli(capsys, *BASE, '--global-batch-tokens', '4M', '--tokens', '1T')
     assert code == EXIT_NO_PLAN
     assert 'No plan:' in out
     assert '976 sequences' in out
@@ -109,7 +102,7 @@ def test_no_exact_factorisation_exits_1_with_the_nearest_batches(capsys):
 ])
 def test_bad_input_is_one_line_naming_the_flag(capsys, argv, flag):
     base = [a for a in BASE if a != '--gpu' and a != 'h100'] if '--gpu' in argv else BASE
-    code, out, err = run(capsys, *base, *argv)
+    code, out, err = run_cli(capsys, *base, *argv)
     assert code == EXIT_BAD_INPUT
     assert out == ''
     lines = err.strip().splitlines()
@@ -120,7 +113,7 @@ def test_bad_input_is_one_line_naming_the_flag(capsys, argv, flag):
 
 
 def test_unknown_model_is_an_input_error(capsys):
-    code, _, err = run(capsys, 'plan', '--model', 'no-such-model', '--seq-len', '4096', '--gpu',
+    code, _, err = run_cli(capsys, 'plan', '--model', 'no-such-model', '--seq-len', '4096', '--gpu',
                        'h100', '--global-batch', '8', '--tokens', '1e9')
     assert code == EXIT_BAD_INPUT
     assert '--model' in err

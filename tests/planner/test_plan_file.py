@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.cli import EXIT_BAD_INPUT, main
+from planner.cli import EXIT_BAD_INPUT
 from planner.efficiency import CalibrationProfile
 from planner.errors import InputError
 from planner.export import export_plan
@@ -25,6 +25,7 @@ from planner.plan_file import (
 )
 from planner.plan_file_migrate import CURRENT_SCHEMA
 from planner.search import LayoutLimits, search
+from tests.cli_helpers import run_cli
 from tests.export_helpers import make_plan
 
 DATA = Path(__file__).parent / 'data'
@@ -35,13 +36,6 @@ def plan():
     return make_plan(nodes=2, zero=1, global_batch=256)
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_round_trip(tmp_path, plan):
@@ -203,12 +197,12 @@ def test_migrates_version_0(tmp_path):
 def test_show_command(tmp_path, plan, capsys):
     path = tmp_path / 'plan.json'
     write_plan(path, plan)
-    code, out, err = run(capsys, 'show', str(path))
+    code, out, err = run_cli(capsys, 'show', str(path))
     assert code == 0, err
     assert 'micro-batch 2 x accumulation 8 x DP 16 = 256' in out
     assert 'Learning rate' in out
     assert 'Warmup' in out
-    code, out, _ = run(capsys, 'show', str(DATA / 'plan_v0.json'), '--json')
+    code, out, _ = run_cli(capsys, 'show', str(DATA / 'plan_v0.json'), '--json')
     assert code == 0
     assert json.loads(out)['schema'] == 'batchfit.plan/1'
 
@@ -216,7 +210,7 @@ def test_show_command(tmp_path, plan, capsys):
 def test_show_bad_file_is_one_line(tmp_path, capsys):
     path = tmp_path / 'bad.json'
     path.write_text('{"schema": "batchfit.plan/1", "model"')
-    code, out, err = run(capsys, 'show', str(path))
+    code, out, err = run_cli(capsys, 'show', str(path))
     assert code == EXIT_BAD_INPUT
     assert out == ''
     assert err.count('\n') == 1
