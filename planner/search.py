@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,7 +57,6 @@ __all__ = [
     'STATUS_NO_FIT',
     'STATUS_OK',
     'Candidate',
-    'CandidateGrid',
     'CandidateMemory',
     'LayoutLimits',
     'PlanRequest',
@@ -83,26 +81,6 @@ def divisors(n: int) -> np.ndarray:
     small = np.arange(1, math.isqrt(n) + 1)
     small = small[n % small == 0]
     return np.unique(np.concatenate([small, n // small]))
-
-
-@dataclass
-class CandidateGrid:
-    """Candidate axes as flat arrays of equal length."""
-
-    nodes: np.ndarray
-    gpus_per_node: np.ndarray
-    tp: np.ndarray
-    pp: np.ndarray
-    vpp: np.ndarray
-    cp: np.ndarray
-    dp: np.ndarray
-    micro_batch: np.ndarray
-    grad_accum: np.ndarray
-    zero: np.ndarray
-    recompute: np.ndarray  # codes into RECOMPUTE_MODES
-
-    def __len__(self) -> int:
-        return len(self.tp)
 
 
 def _gpu_counts(req: PlanRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -138,7 +116,7 @@ def _axis_values(req: PlanRequest) -> dict[str, np.ndarray]:
 
 
 def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarray | None = None,
-                   fixed_accum: int | None = None) -> CandidateGrid:
+                   fixed_accum: int | None = None) -> LayoutArrays:
     """Every valid candidate for a global batch of ``batch_samples`` sequences.
 
     Built in stages (GPU count x TP x PP x CP, then micro-batch, then virtual stages,
@@ -203,8 +181,9 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
     ok = np.broadcast_to((zeros[None, :, None] == 0) | (shard > 1),
                          (len(shard), len(zeros), len(codes)))
     il, iz, ir = np.nonzero(ok)
-    return CandidateGrid(**{k: a[il] for k, a in sel.items()}, zero=zeros[iz],
-                         recompute=codes[ir])
+    return LayoutArrays(**{k: a[il] for k, a in sel.items()}, zero=zeros[iz],
+                        recompute=codes[ir],
+                        sequence_parallel=np.full(il.size, req.limits.sequence_parallel))
 
 
 def _memory_options(req: PlanRequest) -> MemoryOptions:
@@ -212,14 +191,14 @@ def _memory_options(req: PlanRequest) -> MemoryOptions:
                          attention=req.attention, framework=req.framework, loss=req.loss_kind)
 
 
-def _config_arrays(req: PlanRequest, grid: CandidateGrid) -> ConfigArrays:
+def _config_arrays(req: PlanRequest, grid: LayoutArrays) -> ConfigArrays:
     n = len(grid)
     return ConfigArrays(
         seq_len=np.full(n, req.seq_len), micro_batch=grid.micro_batch,
         grad_accum=grid.grad_accum, tp=grid.tp, pp=grid.pp, vpp=grid.vpp, cp=grid.cp,
         ep=np.ones(n, int), dp=grid.dp, zero=grid.zero,
         offload=np.zeros(n, int), recompute=grid.recompute,
-        sequence_parallel=np.full(n, req.limits.sequence_parallel))
+        sequence_parallel=grid.sequence_parallel)
 
 
 def _usable_bytes(req: PlanRequest) -> float:
@@ -318,11 +297,7 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
                              f'{total.min() / 2**30:.1f} GiB)', len(grid), float(total.min()),
                              step)
 
-    layout = LayoutArrays(
-        **{name: getattr(grid, name)[rows] for name in (
-            'nodes', 'gpus_per_node', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch', 'grad_accum',
-            'zero', 'recompute')},
-        sequence_parallel=np.full(rows.size, req.limits.sequence_parallel))
+    layout = grid.take(rows)
     st = step_time_arrays(req.model, req.seq_len, req.gpu, req.inter_node, layout,
                           precision=req.precision, optimizer=req.optimizer,
                           attention=req.attention, framework=req.framework,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -89,6 +89,14 @@ class LayoutArrays:
     zero: np.ndarray
     recompute: np.ndarray
     sequence_parallel: np.ndarray
+
+    def __len__(self) -> int:
+        return int(np.size(self.tp))
+
+    def take(self, rows: np.ndarray) -> LayoutArrays:
+        """The candidates at ``rows`` (flat arrays)."""
+        return LayoutArrays(**{f.name: np.asarray(getattr(self, f.name))[rows]
+                               for f in fields(self)})
 
 
 @dataclass
