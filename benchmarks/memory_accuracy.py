@@ -150,7 +150,8 @@ def evaluate(case: Case, repeat: int) -> dict:
            'batchfit_phase': est.peak_phase,
            'batchfit_error': est.tensor_peak_bytes / m.peak_bytes - 1,
            'batchfit_s': time_call(lambda: estimate(case.model, case.setup), repeat)}
-    if LLMAnalysis is not None:
+    # llm-analysis has no LoRA/QLoRA memory model: those rows compare batchfit alone.
+    if LLMAnalysis is not None and case.setup.lora is None:
         summary = llm_analysis_run(case.model, case.setup)
         peak = summary[PEAK_FIELD]
         row.update({
@@ -164,8 +165,9 @@ def evaluate(case: Case, repeat: int) -> dict:
 
 
 def summary_line(rows: list[dict], key: str, name: str) -> str:
-    errors = [abs(r[key]) for r in rows]
-    return f'{name}: mean |err| {statistics.mean(errors):.2%}, max |err| {max(errors):.2%}'
+    errors = [abs(r[key]) for r in rows if key in r]
+    return (f'{name}: mean |err| {statistics.mean(errors):.2%}, max |err| {max(errors):.2%} '
+            f'({len(errors)} cases)')
 
 
 def main() -> int:
@@ -183,9 +185,11 @@ def main() -> int:
     for r in rows:
         line = (f"| {r['case']} | {r['measured_bytes'] / MB:.2f} | {r['measured_phase']} | "
                 f"{r['batchfit_bytes'] / MB:.2f} | {r['batchfit_error']:+.2%} | ")
-        if lla:
+        if lla and 'llm_analysis_bytes' in r:
             line += (f"{r['llm_analysis_bytes'] / MB:.2f} | {r['llm_analysis_error']:+.2%} | "
                      f"{r['batchfit_s'] * 1e6:.0f} | {r['llm_analysis_s'] * 1e6:.0f} |")
+        elif lla:  # LoRA: no llm-analysis counterpart
+            line += f"n/a | | {r['batchfit_s'] * 1e6:.0f} | |"
         else:
             line += f"{r['batchfit_s'] * 1e6:.0f} |"
         print(line)

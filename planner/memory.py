@@ -19,10 +19,22 @@ workspaces, allocator caching) are added on top of the tensor peak as named part
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from planner.activations import RECOMPUTE_CODES, EdgeBytes, edge_bytes, layer_terms
+from planner.activations import (
+    RECOMPUTE_CODES,
+    EdgeBytes,
+    edge_bytes,
+    layer_terms,
+    lora_dequant_bytes,
+    lora_first_layer_delta,
+    lora_forward_temps,
+    lora_norm_saves_input,
+    lora_saved_base_casts,
+    lora_scores_moment,
+)
 from planner.hardware import GpuSpec
 from planner.model_spec import ModelSpec
 from planner.model_states import OFFLOAD_CODES, model_state_bytes, stage_params
@@ -135,11 +147,15 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     rc = cfg.recompute
     h, a = model.hidden_size, model.num_heads
 
-    per_layer = [layer_terms(model, r, opts.attention, mode, opts.framework)
-                 .bytes(b, s, t, c, sp, h, a) for mode in ('none', 'selective', 'full')]
+    # PEFT LoRA changes what the Hugging Face modules save; Megatron's kernels are
+    # modelled for full training only.
+    lora = opts.lora if opts.framework == 'hf' else None
+    modes = ('none', 'selective', 'full')
+    per_layer = [layer_terms(model, r, opts.attention, mode, opts.framework, lora)
+                 .bytes(b, s, t, c, sp, h, a) for mode in modes]
     layer_act = np.choose(rc, np.broadcast_arrays(*per_layer))
     layer_full = per_layer[0]
-    edge = edge_bytes(model, r, opts.loss, b, s, t, c, sp)
+    edge = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
 
     layers = np.ceil(model.num_layers / pp)
     # 1F1B keeps min(m, p) micro-batches in flight on the first stage; interleaving adds
@@ -147,14 +163,21 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     interleave = np.where(cfg.vpp > 1, 1 + (pp - 1) / (pp * cfg.vpp), 1.0)
     inflight = np.where(pp > 1, np.minimum(m, pp) * interleave, 1.0)
 
-    bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp)
+    bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp, lora)
+    fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c, r, lora)
+    if lora is None:
+        zero = np.zeros(())
+        extra = _LoraExtras(first_delta=zero, fwd_tmp=fwd_tmp, layer_fwd_tmp=zero,
+                            forward_mask=zero, recompute_tmp=zero, top_rebuilt=layer_full,
+                            bottom_rebuilt=layer_full)
+    else:
+        extra = _lora_extras(model, r, lora, opts.attention, cfg, layer_full, fwd_tmp)
     # The top layer's backward under full recompute rebuilds its activations first.
-    top_bwd_tmp = bwd_tmp + np.where(rc == 2, layer_full, 0.0)
-    fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c)
+    top_bwd_tmp = bwd_tmp + np.where(rc == 2, extra.top_rebuilt, 0.0)
 
     shared = _Shared(layer_act=layer_act, layer_full=layer_full, layers=layers,
                      inflight=inflight, edge=edge, bwd_tmp=bwd_tmp, top_bwd_tmp=top_bwd_tmp,
-                     fwd_tmp=fwd_tmp)
+                     fwd_tmp=extra.fwd_tmp, lora=extra)
     # Every phase as named parts, for the first and the last pipeline stage.
     stage_phases = [_stage_phases(model, r, opt, opts, cfg, stage, shared)
                     for stage in ('first', 'last')]
@@ -198,6 +221,79 @@ class _Shared:
     bwd_tmp: np.ndarray  # a layer's backward temporaries
     top_bwd_tmp: np.ndarray  # the top layer's, with its recomputation
     fwd_tmp: np.ndarray  # eager attention scores before the softmax
+    lora: _LoraExtras  # what PEFT LoRA changes (neutral values without it)
+
+
+class _LoraExtras(NamedTuple):
+    """Per-micro-batch figures only LoRA's moments need (arrays; neutral without LoRA)."""
+
+    first_delta: np.ndarray  # the first stage's saved bytes beyond the edge's and layers'
+    fwd_tmp: np.ndarray  # eager: the scores moment, relative to a layer's saved bytes
+    layer_fwd_tmp: np.ndarray  # a layer's widest forward moment, likewise
+    forward_mask: np.ndarray  # eager: the attention mask, alive through forward
+    recompute_tmp: np.ndarray  # full recompute: a layer's recomputation's widest point
+    top_rebuilt: np.ndarray  # the top layer's recomputed activations, less its input
+    bottom_rebuilt: np.ndarray  # the bottom layer's, with its input
+
+
+def _lora_extras(model: ModelSpec, r, lora: LoraSpec, attention: str, cfg: ConfigArrays,
+                 layer_full, scores_tmp) -> _LoraExtras:
+    """The moments and corrections of a PEFT LoRA step (see ``activations``).
+
+    * The bottom layer saves less when the embedding output does not require grad (no
+      gradient checkpointing, so no ``enable_input_require_grads``).
+    * A layer's widest forward point is often its MLP output projection (PEFT's fp32
+      copy of its input), and under full recompute its recomputation, beside the
+      gradients made so far, can outgrow its backward.
+    * Eager attention's mask lives through forward (and through backward under
+      recompute, as a checkpoint input); with learned positions the token embedding's
+      output is a leaf its grad accumulator keeps (under ``enable_input_require_grads``).
+    * A recomputed layer's first norm may save the checkpoint's input itself.
+    """
+    b, s, t, c = cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp
+    sp = np.asarray(cfg.sequence_parallel, bool)
+    rc = cfg.recompute
+    h, a = model.hidden_size, model.num_heads
+    fd = lora.frozen_bytes(r.act_bytes)
+    hidden_tokens = b * s / c * h / np.where(sp & (t > 1), t, 1)
+
+    def terms(lt) -> np.ndarray:
+        return lt.bytes(b, s, t, c, sp, h, a)
+
+    first_delta = np.choose(rc, np.broadcast_arrays(*(
+        terms(lora_first_layer_delta(model, r, lora, attention, mode))
+        for mode in ('none', 'selective', 'full'))))
+
+    def widest(recomputing: bool) -> np.ndarray:
+        return np.max(np.stack(np.broadcast_arrays(*(
+            terms(moment) + weight / t
+            for moment, weight in lora_forward_temps(model, r, lora, recomputing)))), axis=0)
+
+    layer_fwd_tmp = widest(False)
+    fwd_tmp = scores_tmp
+    forward_mask = np.zeros(())
+    if attention == 'eager':
+        # the last layer's scores, before the rest of that layer exists
+        fwd_tmp = scores_tmp + terms(lora_scores_moment(model, r, lora))
+        layer_fwd_tmp = np.maximum(fwd_tmp, layer_fwd_tmp)
+        # (b, 1, s, s) in the residual stream's dtype; a checkpoint input under full
+        # recompute (and under selective, which recomputes the attention core from it)
+        mask = fd * b * s * s / c
+        forward_mask = np.where(rc >= 1, 0.0, mask)
+        first_delta = first_delta + np.where(rc >= 1, mask, 0.0)
+    if model.position_embedding == 'learned':
+        first_delta = first_delta + np.where(rc == 2, fd * hidden_tokens, 0.0)
+    top_rebuilt = bottom_rebuilt = layer_full
+    if lora_norm_saves_input(model, r, lora):
+        top_rebuilt = layer_full - fd * hidden_tokens
+    else:
+        bottom_rebuilt = layer_full + fd * hidden_tokens
+    return _LoraExtras(first_delta=np.asarray(first_delta, float), fwd_tmp=fwd_tmp,
+                       layer_fwd_tmp=np.asarray(layer_fwd_tmp, float),
+                       forward_mask=np.asarray(forward_mask, float),
+                       recompute_tmp=np.asarray(np.where(rc == 2, widest(True), 0.0), float),
+                       top_rebuilt=np.asarray(top_rebuilt, float),
+                       bottom_rebuilt=np.asarray(bottom_rebuilt, float))
 
 
 def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
@@ -212,7 +308,7 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     first = (stage == 'first') | (pp == 1)
     last = (stage == 'last') | (pp == 1)
     inflight = sh.inflight if stage == 'first' else 1.0
-    first_edge = np.where(first, sh.edge.first_stage, 0.0)
+    first_edge = np.where(first, sh.edge.first_stage + sh.lora.first_delta, 0.0)
     last_saved = np.where(last, sh.edge.last_stage_saved, 0.0)
     acts = sh.layer_act * sh.layers * inflight + first_edge * inflight + last_saved
     loss_fwd = np.where(last, sh.edge.loss_forward_peak, 0.0)
@@ -222,11 +318,23 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     # matmul's backward. Under full recompute the layers save none until recomputed, but
     # autocast's cast cache holds every copy until the autocast region (forward and loss)
     # exits.
-    casting = r.autocast and opts.lora is None
-    head_cast = e * params.head_matmul if casting else np.zeros(())
-    layer_cast = e * params.layer_matmul if casting else np.zeros(())
-    cached_casts = head_cast + layer_cast * sh.layers * inflight
-    stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers * inflight)
+    if opts.lora is None:
+        casting = r.autocast
+        head_cast = e * params.head_matmul if casting else np.zeros(())
+        layer_cast = e * params.layer_matmul if casting else np.zeros(())
+        cached_casts = head_cast + layer_cast * sh.layers * inflight
+        stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers * inflight)
+        bottom_cast = layer_cast
+    else:
+        head_cast, layer_cast, cached_casts, stored_casts = _lora_casts(
+            model, r, opts, params, rc, sh.layers * inflight,
+            np.where((stage == 'first') | (pp == 1), inflight, 0.0))
+        # the output projection's casts (adapter, and an fp32 base's weight) are freed by
+        # its backward
+        bottom_cast = layer_cast - (e * params.layer_out_adapter if r.autocast else 0.0)
+        if r.autocast and opts.lora.frozen_bytes(r.act_bytes) == 4 \
+                and not opts.lora.quantized:
+            bottom_cast = bottom_cast - e * params.layer_out_proj
 
     # Megatron keeps one contiguous gradient buffer for the whole run; torch.optim users
     # zero_grad(set_to_none=True), so gradients live from the first backward to the
@@ -243,12 +351,24 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     top = {'zero3_gathered': ms.zero3_gathered_top}
     bottom = {'zero3_gathered': ms.zero3_gathered_bottom,
               'unsharded_grad': ms.unsharded_grad_bottom}
-    # The last layer's attention scores die before the logits are made.
-    scores_win = sh.fwd_tmp > loss_fwd
-    forward_end = {**static, **top, 'gradients': grads_live, 'activations': acts,
-                   'logits': np.where(scores_win, 0.0, loss_fwd),
-                   'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
-                   'autocast_copies': cached_casts}
+    if opts.lora is None:
+        # The last layer's attention scores die before the logits are made.
+        scores_win = sh.fwd_tmp > loss_fwd
+        forward_end = {**static, **top, 'gradients': grads_live, 'activations': acts,
+                       'logits': np.where(scores_win, 0.0, loss_fwd),
+                       'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
+                       'autocast_copies': cached_casts}
+    else:
+        # The loss beside every activation, or the top layer's widest point before the
+        # final norm and the loss exist.
+        scores = sh.fwd_tmp >= sh.lora.layer_fwd_tmp
+        forward_end = {**static, **top, **_larger(
+            {'gradients': grads_live, 'activations': acts, 'logits': loss_fwd,
+             'forward_temp': sh.lora.forward_mask, 'autocast_copies': cached_casts},
+            {'gradients': grads_live, 'activations': acts - last_saved,
+             'attention_scores_temp': np.where(scores, sh.lora.layer_fwd_tmp, 0.0),
+             'forward_temp': np.where(scores, 0.0, sh.lora.layer_fwd_tmp) + sh.lora.forward_mask,
+             'autocast_copies': cached_casts})}
     # Backward starts with the loss (its buffers beside every activation), then the top
     # layer (loss tensors freed, the head's gradient written and its cast freed, the
     # layer recomputed under full recompute). The larger moment counts.
@@ -258,34 +378,107 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
                     'backward_temp': sh.top_bwd_tmp, 'unsharded_grad': ms.unsharded_grad_top,
                     'autocast_copies': stored_casts - head_cast
                     + np.where(rc == 2, layer_cast, 0.0)}
-    layer_wins = sum(layer_moment.values()) > sum(loss_moment.values())
-    backward_start = {**static, **top}
-    for name in set(loss_moment) | set(layer_moment):
-        backward_start[name] = np.where(layer_wins, layer_moment.get(name, 0.0),
-                                        loss_moment.get(name, 0.0))
+    if opts.lora is not None:
+        # The top layer's MLP backward follows its output projection's (whose casts are
+        # freed); under full recompute its recomputation comes first, every cast made.
+        # The final norm's backward (its Python ops' fp32 temporaries) precedes both:
+        # the loss gone, nothing of the top layer freed yet.
+        layer_moment['autocast_copies'] = layer_moment['autocast_copies'] - (
+            layer_cast - bottom_cast)
+        recomputing = {**layer_moment,
+                       'backward_temp': sh.lora.top_rebuilt + sh.lora.recompute_tmp,
+                       'autocast_copies': stored_casts - head_cast
+                       + np.where(rc == 2, layer_cast, 0.0)}
+        norm_moment = {'gradients': grads_live, 'activations': acts - last_saved,
+                       'backward_temp': np.where(last, sh.edge.norm_backward_peak, 0.0),
+                       'autocast_copies': stored_casts - head_cast}
+        layer_moment = _larger(_larger(layer_moment, recomputing, rc == 2), norm_moment)
+    backward_start = {**static, **top, **_larger(loss_moment, layer_moment)}
     # The bottom layer's backward: its activations (recomputed under full recompute)
     # still live, nearly every gradient written.
     backward_end = {**static, **bottom,
                     'gradients': np.maximum(grads_live, ms.gradients - pending),
-                    'activations': first_edge + np.where(rc == 2, sh.layer_full, sh.layer_act),
-                    'autocast_copies': layer_cast, 'backward_temp': sh.bwd_tmp}
+                    'activations': first_edge + np.where(rc == 2, sh.lora.bottom_rebuilt,
+                                                         sh.layer_act),
+                    'autocast_copies': bottom_cast, 'backward_temp': sh.bwd_tmp}
+    if opts.lora is not None:
+        # Under full recompute, the bottom layer's recomputation comes before its output
+        # projection's adapter gradients.
+        recomputing = {**backward_end, 'backward_temp': sh.lora.recompute_tmp,
+                       'autocast_copies': layer_cast,
+                       'gradients': np.maximum(grads_live, ms.gradients - pending
+                                               - ms.bottom_out_proj_gradients)}
+        backward_end = _larger(backward_end, recomputing, rc == 2)
     optimizer_step = {**static, 'gradients': ms.gradients,
                       'optimizer_step_temp': ms.optimizer_step_temp}
     return {'forward_end': forward_end, 'backward_start': backward_start,
             'backward_end': backward_end, 'optimizer_step': optimizer_step}
 
 
-def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp) -> np.ndarray:
+def _larger(a: dict[str, np.ndarray], b: dict[str, np.ndarray],
+            b_happens=True) -> dict[str, np.ndarray]:
+    """Per configuration, the parts of whichever moment has the larger total.
+
+    ``b_happens``: where ``b`` is a moment of the step at all (else ``a``).
+    """
+    b_wins = (sum(b.values()) > sum(a.values())) & b_happens
+    return {name: np.where(b_wins, b.get(name, 0.0), a.get(name, 0.0))
+            for name in dict.fromkeys([*a, *b])}
+
+
+def _lora_casts(model: ModelSpec, r, opts: MemoryOptions, params, rc, layers_inflight,
+                bottom_layers):
+    """Autocast's weight copies under LoRA: (head, one layer's, at forward end, stored).
+
+    The fp32 adapters are leaves that require grad, so autocast caches their bf16 copies
+    until the autocast region exits, as in full training. A frozen weight is not cached:
+    a bf16 or quantized base needs no copy at all, and an fp32 base under autocast is
+    cast per use, the copy saved (for the input's gradient) until that matmul's backward
+    when its input requires grad: none under full recompute until the layer is
+    recomputed, and in the bottom layer only from the first adapter on
+    (``bottom_layers`` counts those layers on this stage: the in-flight micro-batches).
+    """
+    zero = np.zeros(())
+    lora = opts.lora
+    if not r.autocast:
+        return zero, zero, zero, zero
+    e = r.act_bytes
+    adapters = e * params.layer_adapters
+    fp32_base = lora.frozen_bytes(r.act_bytes) == 4 and not lora.quantized
+    if fp32_base:
+        head_cast = e * params.head_matmul
+        base_cast = e * params.layer_matmul
+        every = lora_saved_base_casts(model, r, lora, opts.attention)
+        skipped = 1 - lora_saved_base_casts(model, r, lora, opts.attention,
+                                            input_grad=False) / every
+        bottom = -base_cast * skipped * np.where(rc == 2, 0.0, bottom_layers)
+    else:
+        head_cast = base_cast = bottom = zero
+    not_recomputed = np.where(rc == 2, 0.0, layers_inflight)
+    cached = head_cast + adapters * layers_inflight + base_cast * not_recomputed + bottom
+    stored = head_cast + (adapters + base_cast) * not_recomputed + bottom
+    return head_cast, adapters + base_cast, cached, stored
+
+
+def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp,
+                         lora: LoraSpec | None = None) -> np.ndarray:
     """Gradients alive while one layer runs backward, beyond the activations it frees.
 
     At the MLP's backward (the widest point, seen with MemTracker): the residual-stream
     gradient, and two f-wide gradients (of act(gate) and up) where a gated MLP's
     product was just consumed, or one for a plain MLP with a fused activation.
+
+    Under LoRA the product (the second projection's input) is saved only for an adapted
+    ``down``, so the gradients stand beside the activations without that tensor freed:
+    one f-wide gradient more, less what the adapter saved.
     """
     tokens = b * s / c
     hidden_div = np.where(sp & (t > 1), t, 1)
     f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
-    e = r.act_bytes
+    e, res = r.act_bytes, r.residual_bytes
+    if lora is not None:
+        res = lora.frozen_bytes(r.act_bytes)
+        e = r.act_bytes if r.autocast else res
     if m.gated_mlp:
         per_element = 2 * e
     elif m.python_gelu:
@@ -294,15 +487,41 @@ def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp) -> np.ndarray:
         per_element = (12 - e) if r.autocast else 2 * e
     else:
         per_element = e
-    wide = per_element * tokens * f / t
-    return r.residual_bytes * tokens * m.hidden_size / hidden_div + wide
+    residual = res * tokens * m.hidden_size / hidden_div
+    if lora is None:
+        return residual + per_element * tokens * f / t
+    # full training saves the product (its cast under autocast: e bytes)
+    down = 'down' in lora.adapted(m)
+    down_saved = (2.0 if r.autocast else 4.0) if down else 0.0
+    wide = (per_element + e - down_saved) * tokens * f / t
+    if lora.quantized:
+        # bitsandbytes' backward of the output projection dequantizes its weight beside
+        # the adapter's input gradient (its saved input freed) and its own
+        at_matmul = ((2 * e - down_saved) if down else e) * tokens * f / t \
+            + lora_dequant_bytes(m, r, lora) / t
+        wide = np.maximum(wide, at_matmul)
+    return residual + wide
 
 
-def _forward_attention_temp(m: ModelSpec, attention: str, b, s, t, c) -> np.ndarray:
-    """Eager attention's fp32 scores and their masked copy, alive before the softmax."""
+def _forward_attention_temp(m: ModelSpec, attention: str, b, s, t, c, r=None,
+                            lora: LoraSpec | None = None) -> np.ndarray:
+    """Eager attention's fp32 scores and their masked copy, alive before the softmax.
+
+    Under LoRA, by dtype: the scaled scores (the matmul's dtype) beside their sum with
+    the mask (the promotion of that and the mask's dtype, the residual stream's), or
+    that sum beside the fp32 copy a softmax into fp32 makes of a 16-bit input (its
+    output is saved).
+    """
     if attention != 'eager':
         return np.zeros(np.shape(b * s))
-    return 2 * 4.0 * b * (m.num_heads / t) * s * (s / c)
+    per_element = 2 * 4.0
+    if lora is not None:
+        fd = lora.frozen_bytes(r.act_bytes)
+        ec = r.act_bytes if r.autocast else fd
+        masked = max(ec, fd)
+        to_fp32 = 4.0 if (masked != 4 and (m.softmax_fp32 or r.autocast)) else 0.0
+        per_element = max(ec + masked, masked + to_fp32)
+    return per_element * b * (m.num_heads / t) * s * (s / c)
 
 
 # ---- single configuration -------------------------------------------------------------

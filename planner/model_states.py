@@ -8,7 +8,7 @@ Functions take numpy arrays for the parallel sizes and return bytes per GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,6 +43,9 @@ class StageParams:
     head_matmul: np.ndarray  # the output head on this rank (0 off the last stage)
     embedding: np.ndarray  # input embedding whose gradient comes last in backward
     layer_out_proj: np.ndarray  # one layer's MLP output projection
+    # LoRA adapter elements of one layer, and of its MLP output projection (0 without)
+    layer_adapters: np.ndarray = field(default_factory=lambda: np.zeros(()))
+    layer_out_adapter: np.ndarray = field(default_factory=lambda: np.zeros(()))
 
 
 def _attention_split(m: ModelSpec) -> tuple[int, int]:
@@ -63,14 +66,22 @@ def _mlp_split(m: ModelSpec, f: int) -> tuple[int, int]:
 
 
 def lora_params(m: ModelSpec, lora: LoraSpec) -> int:
-    """Adapter elements over all layers: r·(in + out) per adapted projection."""
-    h, q, kv = m.hidden_size, m.q_size, m.kv_size
-    f = m.ffn_size
-    shapes = {'q': (h, q), 'k': (h, kv), 'v': (h, kv), 'o': (q, h),
-              'gate': (h, f), 'up': (h, f), 'down': (f, h)}
-    per_layer = sum(lora.rank * sum(shapes[name]) for name in lora.targets
-                    if name != 'gate' or m.gated_mlp)
+    """Adapter elements over all layers: r·(in + out) per adapted projection.
+
+    A fused qkv (or gate_up) projection gets one adapter (see ``LoraSpec.adapted``).
+    """
+    per_layer = sum(lora.rank * (fan_in + fan_out)
+                    for fan_in, fan_out in lora.adapted(m).values())
     return m.num_layers * per_layer
+
+
+# bitsandbytes NF4 (``Params4bit``, blocksize 64, ``compress_statistics`` = double
+# quantization as QLoRA recipes set it): two weights a byte, one uint8 absmax code per
+# 64 weights and one fp32 absmax per 256 codes, 0.127 bits a weight; without double
+# quantization (transformers' default) the absmax is fp32: 0.5 bits a weight.
+NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
+# LLM.int8: one byte a weight (its per-row fp32 scales are not counted).
+INT8_BYTES = 1.0
 
 
 def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> StageParams:
@@ -120,9 +131,12 @@ def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> 
         m.tied_embeddings & (pp == 1), 0.0, vocab), 0.0)
     if lora is None:
         trainable_dense, trainable_expert = dense, expert
+        layer_adapters = layer_out_adapter = np.zeros(())
     else:
-        adapters = lora_params(m, lora) * layers / m.num_layers / t
-        trainable_dense, trainable_expert = adapters, np.zeros_like(expert)
+        layer_adapters = lora_params(m, lora) / m.num_layers / t
+        down = lora.adapted(m).get('down')
+        layer_out_adapter = np.asarray(lora.rank * sum(down) / t if down else 0.0)
+        trainable_dense, trainable_expert = layer_adapters * layers, np.zeros_like(expert)
     per_layer = (attn_sh + mlp_sh) / t + attn_rep + mlp_rep
     if m.moe is not None:
         per_layer = np.maximum(per_layer, attn_sh / t + attn_rep
@@ -139,7 +153,9 @@ def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> 
                        layer_matmul=np.asarray(matmul_per_layer, float),
                        head_matmul=np.asarray(head_matmul, float),
                        embedding=np.asarray(embedding, float),
-                       layer_out_proj=np.asarray(m.hidden_size * f_out / t, float))
+                       layer_out_proj=np.asarray(m.hidden_size * f_out / t, float),
+                       layer_adapters=np.asarray(layer_adapters, float),
+                       layer_out_adapter=np.asarray(layer_out_adapter, float))
 
 
 def _optimizer_bytes_per_param(opt: OptimizerKind, r: PrecisionRecipe) -> float:
@@ -168,6 +184,9 @@ class ModelStateBytes:
     embedding_gradients: np.ndarray
     bottom_layer_gradients: np.ndarray  # one layer's, but its MLP output projection
     head_gradients: np.ndarray  # written first in backward
+    # LoRA: the bottom layer's output-projection adapter, whose gradient comes after its
+    # recomputation under full recompute
+    bottom_out_proj_gradients: np.ndarray = field(default_factory=lambda: np.zeros(()))
 
 
 def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
@@ -184,13 +203,10 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
         return np.where(on, dense / shard + expert / shard_e, dense + expert)
 
     if lora is not None:
-        base_bytes = lora.base_bits / 8 + (0.0159 if lora.base_bits == 4 else 0.0)
-        frozen = params.dense + params.expert
-        weights = base_bytes * params.matmul + r.weight_bytes * (frozen - params.matmul)
-        weights = weights + r.weight_bytes * params.trainable_dense
-        weights = np.where(zero == 3, weights / shard, weights)
-    else:
-        weights = r.weight_bytes * sharded(params.dense, params.expert, zero == 3)
+        return _lora_state_bytes(m, r, opt, lora, params=params, shard=shard, zero=zero,
+                                 offload=offload, framework=framework, foreach=foreach,
+                                 prefetch_layers=prefetch_layers)
+    weights = r.weight_bytes * sharded(params.dense, params.expert, zero == 3)
     weights = weights + r.fp8_weight_bytes * params.matmul
     weights = np.where(offload == 2, 0.0, weights)
 
@@ -225,8 +241,6 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
         on = (zero >= min(stages)) & multi
         return np.where(on, (unit + prefetch * params.layer) * r.weight_bytes, 0.0)
     def grad_bytes(elements):
-        if lora is not None:
-            return np.zeros_like(elements)
         return np.where(zero >= 2, elements / shard, elements) * r.grad_bytes
 
     embedding_grads = grad_bytes(params.embedding)
@@ -242,6 +256,85 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
                            embedding_gradients=np.asarray(embedding_grads, float),
                            bottom_layer_gradients=np.asarray(bottom_layer, float),
                            head_gradients=np.asarray(grad_bytes(params.head_matmul), float))
+
+
+# PEFT keeps the adapters in fp32 (``autocast_adapter_dtype=True``) whatever the base's
+# dtype, so their gradients and optimizer states are fp32 too, with no master copy.
+ADAPTER_BYTES = 4
+
+
+def _lora_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
+                      lora: LoraSpec, *, params: StageParams, shard, zero, offload,
+                      framework: str, foreach: bool, prefetch_layers: int) -> ModelStateBytes:
+    """Model states under LoRA: a frozen base, fp32 adapters the only trainable part.
+
+    The decoder layers' projections are stored at ``lora.base_bits`` (NF4 with its
+    block statistics for QLoRA); everything else of the base (embeddings, norms, head,
+    biases) unquantized in ``lora.frozen_bytes``: bitsandbytes leaves the head alone.
+    Gradients, optimizer states, the foreach step's temporaries and the DDP/ZeRO buckets
+    cover the adapters only, in fp32.
+    """
+    fd = lora.frozen_bytes(r.act_bytes)
+    quantizable = params.matmul - params.head_matmul  # the layers' projections
+    rest = params.dense + params.expert - quantizable
+    base = {4: NF4_BYTES, 8: INT8_BYTES}.get(lora.base_bits, fd)
+    weights = base * quantizable + fd * rest + ADAPTER_BYTES * params.trainable_dense
+    weights = np.where(zero == 3, weights / shard, weights)
+    weights = np.where(offload == 2, 0.0, weights)
+
+    train = params.trainable_dense + params.trainable_expert
+    on = lambda stage: np.where(zero >= stage, train / shard, train)  # noqa: E731
+    gradients = ADAPTER_BYTES * on(2)
+    gradients = np.where((offload >= 1) & (zero >= 2), 0.0, gradients)
+    if opt.factored:
+        per_param = 4.0 * _lora_factored_fraction(m, lora)
+    elif opt.state_bytes_override:
+        per_param = opt.states * (opt.state_bytes_override + 4.0 / ADAM8BIT_BLOCK)
+    else:
+        per_param = opt.states * ADAPTER_BYTES
+    opt_states = np.where(offload >= 1, 0.0, per_param * on(1))
+    if foreach and opt.foreach_temp_states:
+        temp = opt.foreach_temp_states * ADAPTER_BYTES * on(1)
+    else:
+        temp = np.zeros_like(on(1))
+    temp = np.where(offload >= 1, 0.0, temp)
+
+    multi = shard > 1
+    hf = framework == 'hf'
+    ddp = np.where(multi & (zero == 0) & hf, ADAPTER_BYTES * train, 0.0)
+    bucket = ZERO_BUCKET_ELEMENTS_PER_H2 * m.hidden_size ** 2
+    zero_b = np.where(multi & (zero >= 1) & hf,
+                      np.minimum(bucket, train) * 2 * ADAPTER_BYTES, 0.0)
+
+    def gathered(unit, prefetch):
+        # ZeRO-3 gathers the frozen base unit by unit (at the base's bytes)
+        return np.where((zero >= 3) & multi, (unit + prefetch * params.layer) * fd, 0.0)
+
+    unsharded = np.where((zero >= 2) & multi, ADAPTER_BYTES * params.layer_adapters, 0.0)
+    nothing = np.zeros_like(np.asarray(weights, float))
+    # At the bottom layer's MLP backward its adapters' gradients are still to come, but
+    # the output projection's (the only ones written before).
+    down = params.layer_out_adapter
+    bottom_layer = ADAPTER_BYTES * np.where(zero >= 2, (params.layer_adapters - down) / shard,
+                                            params.layer_adapters - down)
+    bottom_down = ADAPTER_BYTES * np.where(zero >= 2, down / shard, down)
+    return ModelStateBytes(weights=weights, gradients=gradients, optimizer_states=opt_states,
+                           optimizer_step_temp=temp, ddp_buckets=ddp, zero_buckets=zero_b,
+                           zero3_gathered_top=gathered(params.top_unit, prefetch_layers),
+                           zero3_gathered_bottom=gathered(params.bottom_unit, 0),
+                           unsharded_grad_top=unsharded, unsharded_grad_bottom=unsharded,
+                           embedding_gradients=nothing,
+                           bottom_layer_gradients=np.asarray(bottom_layer + nothing, float),
+                           head_gradients=nothing,
+                           bottom_out_proj_gradients=np.asarray(bottom_down + nothing, float))
+
+
+def _lora_factored_fraction(m: ModelSpec, lora: LoraSpec) -> float:
+    """Adafactor state elements per adapter element: rows + columns of each matrix."""
+    rank = lora.rank
+    shapes = lora.adapted(m).values()
+    stats = sum((rank + fan_in) + (fan_out + rank) for fan_in, fan_out in shapes)
+    return stats / max(sum(rank * (fan_in + fan_out) for fan_in, fan_out in shapes), 1)
 
 
 def _factored_fraction(m: ModelSpec) -> float:

@@ -18,6 +18,7 @@ COMPONENT_LABELS: dict[str, str] = {
     'activations': 'activations',
     'logits': 'logits and loss buffers',
     'attention_scores_temp': 'eager attention scores (transient)',
+    'forward_temp': 'forward temporaries',
     'autocast_copies': 'autocast weight copies',
     'backward_temp': 'backward temporaries',
     'zero3_gathered': 'ZeRO-3 gathered layers',

@@ -22,12 +22,22 @@ LORA_TARGETS: tuple[str, ...] = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """Low-rank adapters on a frozen base model.
+    """Low-rank adapters on a frozen base model, as PEFT builds them.
 
     Attributes:
         rank: adapter rank r.
-        targets: projections that get an adapter.
-        base_bits: bits per frozen base weight: 16 (LoRA on bf16) or 4 (QLoRA NF4).
+        targets: projections that get an adapter. On a model with a fused qkv (or
+            gate_up) projection, any of q, k, v (gate, up) adapts the fused one, as
+            PEFT's ``target_modules=['c_attn']`` does for GPT-2.
+        base_bits: bits per frozen base weight of the decoder layers' projections:
+            16 (a bf16 base, ``from_pretrained(torch_dtype=torch.bfloat16)``), 32 (an
+            fp32 base), 4 (QLoRA: bitsandbytes NF4 with double quantization) or 8
+            (LLM.int8; counted, not checked).
+
+    The adapters themselves are fp32 (PEFT's ``autocast_adapter_dtype=True``) with fp32
+    gradients and optimizer states, whatever the recipe; the recipe only says whether
+    the forward runs under autocast. The embeddings, norms and head stay unquantized,
+    in the base's dtype (see :meth:`frozen_bytes`).
     """
 
     rank: int
@@ -41,8 +51,53 @@ class LoraSpec:
         if unknown or not self.targets:
             raise InputError('--lora-targets', f'unknown target(s) {unknown}',
                              ', '.join(LORA_TARGETS))
-        if self.base_bits not in (4, 8, 16):
-            raise InputError('--lora-base-bits', f'got {self.base_bits}', '4, 8 or 16')
+        if self.base_bits not in (4, 8, 16, 32):
+            raise InputError('--lora-base-bits', f'got {self.base_bits}', '4, 8, 16 or 32')
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the base projections are stored below 16 bits (bitsandbytes)."""
+        return self.base_bits < 16
+
+    def adapted(self, m: ModelSpec) -> dict[str, tuple[int, int]]:
+        """The projections of one decoder layer that get an adapter: name -> (in, out).
+
+        A fused qkv projection (GPT-2's ``c_attn``) is adapted as one module when any
+        of q, k, v is targeted, a fused gate_up likewise for gate or up. In a plain
+        (non-gated) MLP, ``up`` is the first projection (``c_fc``) and ``gate`` names
+        nothing. MoE experts count as one dense MLP of ``ffn_size`` (not checked).
+        """
+        h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.ffn_size
+        want = set(self.targets)
+        out: dict[str, tuple[int, int]] = {}
+        if m.fused_qkv:
+            if want & {'q', 'k', 'v'}:
+                out['qkv'] = (h, q + 2 * kv)
+        else:
+            out.update({name: (h, width) for name, width in (('q', q), ('k', kv), ('v', kv))
+                        if name in want})
+        if 'o' in want:
+            out['o'] = (q, h)
+        if m.gated_mlp and m.fused_gate_up:
+            if want & {'gate', 'up'}:
+                out['gate_up'] = (h, 2 * f)
+        else:
+            out.update({name: (h, f) for name in ('gate', 'up')
+                        if name in want and (name == 'up' or m.gated_mlp)})
+        if 'down' in want:
+            out['down'] = (f, h)
+        return out
+
+    def frozen_bytes(self, compute_bytes: int) -> int:
+        """Bytes per element of the unquantized frozen weights, and so of the residual stream.
+
+        A 16- or 32-bit base is loaded whole in that dtype (embeddings, norms and head
+        included), so the embedding output and the residual stream are in it too. A
+        quantized base keeps its other weights in the compute dtype
+        (``bnb_4bit_compute_dtype`` with ``torch_dtype``; PEFT's
+        ``prepare_model_for_kbit_training`` would upcast them to fp32, not modelled).
+        """
+        return self.base_bits // 8 if self.base_bits >= 16 else compute_bytes
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.model_spec import ModelSpec
-from planner.training import TrainingSetup
+from planner.training import LoraSpec, TrainingSetup
 
 LLAMA_GQA = ModelSpec('llama-gqa', num_layers=3, hidden_size=384, num_heads=6, num_kv_heads=2,
                       head_dim=64, ffn_size=1024, vocab_size=4096, max_position_embeddings=1024)
@@ -32,6 +32,16 @@ GPT2_DROPOUT = ModelSpec('gpt2-dropout', num_layers=3, hidden_size=384, num_head
 # CPU SDPA with attention dropout falls back to the math kernel (CUDA's flash kernel does
 # not), so SDPA cases of GPT-2 turn attention dropout off.
 GPT2 = replace(GPT2_DROPOUT, name='gpt2', attention_dropout=0.0, hidden_dropout=0.0)
+# LoRA shrinks the model states and the saved activations, so the loss no longer hides the
+# layers' own moments with a big vocabulary: with a small one, the peak moves into the
+# forward (PEFT's fp32 copies), a layer's recomputation or the MLP's backward.
+LLAMA_GQA_V256 = replace(LLAMA_GQA, name='llama-gqa-v256', vocab_size=256)
+# GPT-2 with 256 positions: its causal-mask buffers (max_positions² bytes a layer, which
+# no configuration knob decides) stay small beside a LoRA step's memory.
+GPT2_DROPOUT_P256 = replace(GPT2_DROPOUT, name='gpt2-dropout-p256', max_position_embeddings=256)
+GPT2_P256 = replace(GPT2, name='gpt2-p256', max_position_embeddings=256)
+QV = ('q', 'v')
+ALL_LINEAR = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,14 @@ def _case(model: ModelSpec, **setup: object) -> Case:
         bits.append(s.optimizer)
     if not s.foreach:
         bits.append('for-loop')
+    if s.lora is not None:
+        targets = 'all' if set(s.lora.targets) == set(ALL_LINEAR) else ''.join(s.lora.targets)
+        bits.append(f'lora{s.lora.base_bits}-r{s.lora.rank}-{targets}')
     return Case('-'.join(bits), model, s)
+
+
+def _lora(rank: int, targets: tuple[str, ...], base_bits: int) -> LoraSpec:
+    return LoraSpec(rank=rank, targets=targets, base_bits=base_bits)
 
 
 CASES: tuple[Case, ...] = (
@@ -84,6 +101,45 @@ CASES: tuple[Case, ...] = (
           recompute='full'),
     _case(GPT2, seq_len=512, micro_batch=2, precision='amp-bf16'),
     _case(GPT2, seq_len=512, micro_batch=4, precision='fp32', recompute='full'),
+    # LoRA (PEFT) on a frozen base: base_bits 16 is a bf16 base (also without autocast,
+    # under 'fp32', where PEFT casts each adapter's input to fp32), 32 an fp32 base,
+    # 4 QLoRA (bitsandbytes NF4, emulated). Adapters are fp32.
+    _case(LLAMA_GQA, seq_len=512, micro_batch=2, precision='amp-bf16', lora=_lora(8, QV, 16)),
+    _case(LLAMA_GQA, seq_len=512, micro_batch=2, precision='amp-bf16', recompute='full',
+          lora=_lora(16, ALL_LINEAR, 16)),
+    _case(LLAMA_GQA, seq_len=512, micro_batch=2, precision='amp-bf16',
+          lora=_lora(16, ALL_LINEAR, 4)),
+    _case(LLAMA_GQA, seq_len=1024, micro_batch=1, precision='amp-bf16', recompute='full',
+          lora=_lora(8, QV, 4)),
+    _case(LLAMA_GQA, seq_len=512, micro_batch=2, precision='fp32', lora=_lora(8, QV, 32)),
+    _case(LLAMA_GQA, seq_len=512, micro_batch=2, precision='fp32', recompute='full',
+          lora=_lora(16, ALL_LINEAR, 16)),
+    _case(LLAMA_GQA, seq_len=256, micro_batch=3, precision='fp32', attention='eager',
+          lora=_lora(16, ALL_LINEAR, 4)),
+    _case(LLAMA_GQA, seq_len=256, micro_batch=3, precision='amp-bf16', attention='eager',
+          grad_accum=2, lora=_lora(8, QV, 16)),
+    _case(QWEN_TIED, seq_len=512, micro_batch=2, precision='amp-bf16', lora=_lora(8, QV, 16)),
+    _case(QWEN_TIED, seq_len=512, micro_batch=4, precision='amp-bf16', recompute='full',
+          lora=_lora(16, ALL_LINEAR, 16)),
+    _case(QWEN_TIED, seq_len=512, micro_batch=2, precision='amp-bf16',
+          lora=_lora(16, ALL_LINEAR, 4)),
+    _case(QWEN_TIED, seq_len=512, micro_batch=2, precision='fp32', recompute='full',
+          lora=_lora(8, QV, 4)),
+    _case(QWEN_TIED, seq_len=256, micro_batch=2, precision='amp-bf16', attention='eager',
+          lora=_lora(8, ALL_LINEAR, 32)),
+    _case(LLAMA_GQA_V256, seq_len=256, micro_batch=3, precision='amp-bf16',
+          lora=_lora(16, ALL_LINEAR, 16)),
+    _case(LLAMA_GQA_V256, seq_len=256, micro_batch=3, precision='amp-bf16', recompute='full',
+          lora=_lora(16, ALL_LINEAR, 16)),
+    _case(LLAMA_GQA_V256, seq_len=256, micro_batch=3, precision='fp32', lora=_lora(16, QV, 4)),
+    _case(LLAMA_GQA_V256, seq_len=256, micro_batch=3, precision='fp32', recompute='full',
+          lora=_lora(16, ALL_LINEAR, 16)),
+    _case(LLAMA_GQA_V256, seq_len=64, micro_batch=3, precision='amp-bf16', recompute='full',
+          lora=_lora(64, ('k', 'gate', 'down'), 4)),
+    _case(GPT2_DROPOUT_P256, seq_len=256, micro_batch=2, precision='amp-bf16',
+          attention='eager', lora=_lora(8, QV, 16)),
+    _case(GPT2_P256, seq_len=256, micro_batch=2, precision='fp32', recompute='full',
+          lora=_lora(8, ALL_LINEAR, 4)),
 )
 
 
@@ -96,4 +152,4 @@ def measure(case: Case):
         case.model, seq_len=s.seq_len, micro_batch=s.micro_batch, precision=s.precision,
         attention='sdpa' if s.attention == 'flash' else 'eager',
         checkpointing=s.recompute == 'full', optimizer=s.optimizer, foreach=s.foreach,
-        grad_accum=s.grad_accum)
+        grad_accum=s.grad_accum, lora=s.lora)

@@ -54,6 +54,8 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 from torch.utils.weak import WeakIdKeyDictionary
 
 from planner.model_spec import ModelSpec
+from planner.recipes import RECIPES
+from planner.training import LoraSpec
 from tests.groundtruth.reference_models import (
     AttentionImpl,
     CausalLM,
@@ -236,6 +238,31 @@ class _ModuleEvents(ModTracker):
         return self.event
 
 
+class _NoHook:
+    """A removable handle for a hook that was never installed."""
+
+    def remove(self) -> None:
+        pass
+
+
+class _MemTracker(MemTracker):
+    """MemTracker that tolerates frozen parameters (a LoRA base).
+
+    MemTracker hooks every parameter's gradient when a module first runs, and
+    ``register_hook`` refuses a tensor that does not require grad. A frozen parameter
+    never gets a gradient: it is given empty handles, and tracked as a parameter only.
+    """
+
+    def _track_module_params_and_buffers(self, module: torch.nn.Module,
+                                         install_grad_hooks: bool = True) -> tuple[int, int]:
+        if install_grad_hooks:
+            for param in module.parameters():
+                if (not param.requires_grad
+                        and self._param_to_grad_hook_handles.get(param, None) is None):
+                    self._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
+        return super()._track_module_params_and_buffers(module, install_grad_hooks)
+
+
 # ---- the measurement --------------------------------------------------------------------------
 def make_optimizer(name: OptimizerName, params: Any, foreach: bool) -> torch.optim.Optimizer:
     """AdamW / Adam (m and v) or SGD (plain, or with a momentum buffer), ``foreach`` as asked."""
@@ -279,32 +306,82 @@ def _check_args(precision: str, optimizer: str, seq_len: int, micro_batch: int,
             raise ValueError(f'{name} must be a positive integer, got {value!r}')
 
 
+def _model_dtype(precision: Precision, lora: LoraSpec | None) -> torch.dtype:
+    """The dtype the model is built in: the recipe's, or under LoRA the frozen base's."""
+    if lora is not None:
+        frozen = lora.frozen_bytes(RECIPES[precision].act_bytes)
+        return torch.bfloat16 if frozen == 2 else torch.float32
+    return torch.bfloat16 if precision == 'bf16' else torch.float32
+
+
 def _setup(spec: ModelSpec, seq_len: int, micro_batch: int, precision: Precision,
            attention: AttentionImpl, checkpointing: bool, optimizer: OptimizerName,
            foreach: bool, grad_accum: int, autocast_policy: AutocastPolicy,
-           style: Style | None, fused_qkv: bool | None, tanh_gelu: TanhGelu | None
+           style: Style | None, fused_qkv: bool | None, tanh_gelu: TanhGelu | None,
+           lora: LoraSpec | None = None
            ) -> tuple[CausalLM, torch.optim.Optimizer, list[tuple[torch.Tensor, torch.Tensor]]]:
     """Model, optimizer and the micro-batches, in whatever tensor mode is active."""
     # Pure bf16 builds the model with bf16 as the default dtype, as from_pretrained(
-    # torch_dtype=torch.bfloat16) does (``.to()`` cannot swap fake parameters).
-    dtype = torch.bfloat16 if precision == 'bf16' else torch.float32
+    # torch_dtype=torch.bfloat16) does (``.to()`` cannot swap fake parameters). Under
+    # LoRA the base is built in its own dtype and the adapters in fp32.
+    dtype = _model_dtype(precision, lora)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         model = build_model(spec, style=style, attention=attention,
                             checkpointing=checkpointing, fused_qkv=fused_qkv,
-                            tanh_gelu=tanh_gelu)
+                            tanh_gelu=tanh_gelu, lora=lora)
     finally:
         torch.set_default_dtype(previous)
     if precision == 'amp-bf16' and autocast_policy == 'cuda':
         model.checkpoint_context_fn = lambda: (contextlib.nullcontext(), CudaAutocastPolicy())
-    opt = make_optimizer(optimizer, model.parameters(), foreach)
+    if lora is not None and checkpointing:
+        _watch_input_leaves(model)
+    # The optimizer gets the trainable parameters only, as PEFT models and the HF
+    # Trainer give it.
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = make_optimizer(optimizer, trainable, foreach)
     batches = []
     for _ in range(grad_accum):
         input_ids = torch.randint(0, spec.vocab_size, (micro_batch, seq_len))
         labels = input_ids.clone()  # the usual causal-LM collator: labels = input ids
         batches.append((input_ids, labels))
     return model, opt, batches
+
+
+def _watch_input_leaves(model: CausalLM) -> None:
+    """Remember the embedding outputs that ``enable_input_require_grads`` makes leaves.
+
+    Such a leaf feeds the decoder layers, and ModTracker (MemTracker's too) hooks every
+    module input's gradient with ``register_multi_grad_hook``, whose closure holds the
+    input's ``grad_fn`` and is held by that node in turn: a cycle through C++ that
+    garbage collection cannot break. The graph's nodes leak (harmless: backward freed
+    what they saved), but one of them reaches the leaf's grad accumulator, which holds
+    the leaf, so the leaf and its ``.grad`` would outlive the step, which they do not
+    in a run without the trackers. :func:`_release_input_leaves` frees both after
+    backward.
+    """
+    leaves: list[weakref.ref] = []
+    model.input_leaves = leaves
+
+    def watch(_module: torch.nn.Module, _inputs: Any, output: torch.Tensor) -> None:
+        if output.requires_grad and output.is_leaf:
+            leaves.append(weakref.ref(output))
+
+    model.embed_tokens.register_forward_hook(watch)
+
+
+def _release_input_leaves(model: CausalLM) -> None:
+    """Free the storage of the leaves :func:`_watch_input_leaves` saw, and their grads."""
+    leaves = getattr(model, 'input_leaves', None)
+    if not leaves:
+        return
+    for ref in leaves:
+        leaf = ref()
+        if leaf is not None:
+            leaf.grad = None
+            leaf.data = torch.empty(0, dtype=leaf.dtype, device=leaf.device)
+    leaves.clear()
 
 
 # ---- autocast as CUDA does it ---------------------------------------------------------------
@@ -317,10 +394,16 @@ def _cuda_fp32_functions() -> frozenset:
     calls ``torch.pow(x, 3.0)`` on the bf16 ``c_fc`` output, so on CUDA it saves an fp32
     copy of x and everything downstream of it is promoted to fp32. The norms and
     ``rsqrt`` see fp32 inputs in these models either way; they are listed for safety.
+    ``softmax`` and ``log_softmax`` (CUDA's ``fp32_set_opt_dtype`` list: a 16-bit input is
+    converted to fp32, then the fp32 kernel runs) matter where scores reach them in
+    bf16: GPT-2's eager softmax over a bf16 (LoRA) base; with an fp32 residual stream
+    the scores are fp32 already.
     """
     names = ('acos', 'asin', 'cosh', 'erfinv', 'exp', 'expm1', 'log', 'log10', 'log2',
              'log1p', 'reciprocal', 'rsqrt', 'sinh', 'tan', 'pow')
     funcs = {getattr(torch, n) for n in names} | {getattr(torch.Tensor, n) for n in names}
+    funcs |= {torch.nn.functional.softmax, torch.softmax, torch.Tensor.softmax,
+              torch.nn.functional.log_softmax, torch.log_softmax, torch.Tensor.log_softmax}
     funcs |= {torch.Tensor.__pow__, torch.nn.functional.softplus,
               torch.nn.functional.layer_norm, torch.nn.functional.group_norm,
               torch.nn.functional.rms_norm, torch.layer_norm, torch.group_norm,
@@ -385,6 +468,7 @@ def _train_iteration(model: CausalLM, opt: torch.optim.Optimizer,
         on_phase('backward')
         loss.backward()
         del loss
+        _release_input_leaves(model)
         on_moment('after_backward')
     on_phase('optimizer')
     opt.step()
@@ -400,7 +484,8 @@ def measure_training_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
                           foreach: bool = True, grad_accum: int = 1,
                           autocast_policy: AutocastPolicy = 'cuda',
                           style: Style | None = None, fused_qkv: bool | None = None,
-                          tanh_gelu: TanhGelu | None = None) -> Measurement:
+                          tanh_gelu: TanhGelu | None = None,
+                          lora: LoraSpec | None = None) -> Measurement:
     """The exact peak of live tensor bytes of two training iterations of ``spec``.
 
     Args:
@@ -418,6 +503,10 @@ def measure_training_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
             CUDA autocast keeps in fp32 in fp32 (:class:`CudaAutocastPolicy`), so the
             dtypes are a CUDA run's; ``'cpu'`` is plain CPU autocast.
         style, fused_qkv, tanh_gelu: passed to :func:`build_model`.
+        lora: PEFT LoRA on a frozen base (:func:`reference_models.apply_lora`): the base
+            in ``lora.frozen_bytes``'s dtype (bf16 for ``base_bits=16``, the recipe's
+            compute dtype under a 4-bit base), fp32 adapters, which alone the optimizer
+            gets; the precision then says whether the forward runs under autocast.
     """
     _check_args(precision, optimizer, seq_len, micro_batch, grad_accum, autocast_policy)
     started = time.perf_counter()
@@ -425,17 +514,17 @@ def measure_training_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
                 'attention': attention, 'checkpointing': checkpointing,
                 'optimizer': optimizer, 'foreach': foreach, 'grad_accum': grad_accum,
                 'autocast_policy': autocast_policy, 'style': style, 'fused_qkv': fused_qkv,
-                'tanh_gelu': tanh_gelu}
+                'tanh_gelu': tanh_gelu, 'lora': lora}
     gc.collect()
     with FakeTensorMode():
         model, opt, batches = _setup(spec, seq_len, micro_batch, precision, attention,
                                      checkpointing, optimizer, foreach, grad_accum,
-                                     autocast_policy, style, fused_qkv, tanh_gelu)
+                                     autocast_policy, style, fused_qkv, tanh_gelu, lora)
         param_bytes = _tensor_bytes(list(model.parameters()))
         buffer_bytes = _tensor_bytes(list(model.buffers()))
         input_bytes = _tensor_bytes(batches)
 
-        tracker = MemTracker()
+        tracker = _MemTracker()
         tracker.track_external(model, opt, batches)
         counter = LiveBytes()
         counter.register(model, batches)
@@ -505,7 +594,8 @@ def measure_real_cpu_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
                           foreach: bool = True, grad_accum: int = 1,
                           autocast_policy: AutocastPolicy = 'cuda',
                           style: Style | None = None, fused_qkv: bool | None = None,
-                          tanh_gelu: TanhGelu | None = None) -> int:
+                          tanh_gelu: TanhGelu | None = None,
+                          lora: LoraSpec | None = None) -> int:
     """Peak bytes of the second (steady-state) iteration of a real, allocating CPU run.
 
     The profiler reports every CPU allocator allocation and free during the iteration
@@ -518,7 +608,7 @@ def measure_real_cpu_peak(spec: ModelSpec, *, seq_len: int, micro_batch: int,
     torch.manual_seed(0)
     model, opt, batches = _setup(spec, seq_len, micro_batch, precision, attention,
                                  checkpointing, optimizer, foreach, grad_accum,
-                                 autocast_policy, style, fused_qkv, tanh_gelu)
+                                 autocast_policy, style, fused_qkv, tanh_gelu, lora)
     noop = lambda _name: None  # noqa: E731
     with _policy_context(precision, autocast_policy):
         _train_iteration(model, opt, batches, precision, noop, noop)

@@ -46,6 +46,24 @@ The loss is transformers' ``ForCausalLMLoss`` (``src/transformers/loss/loss_util
 else ``'mean'``. The model returns the logits too, as transformers does; a training loop
 that keeps them alive through backward holds V·b·s more elements.
 
+LoRA (``build_model(..., lora=LoraSpec(...))``) follows PEFT (``peft/tuners/lora``):
+every parameter of the base is frozen and each targeted projection is wrapped in
+:class:`LoraLinear`, PEFT's ``lora.Linear``: ``base(x) + lora_B(lora_A(dropout(x))) *
+scaling`` with fp32 adapters (PEFT's ``autocast_adapter_dtype``), ``lora_dropout = 0``
+(``nn.Identity``) and the input cast to the adapters' dtype first. The base is built in
+whatever default dtype the caller sets (``measure`` sets ``LoraSpec.frozen_bytes``'s:
+bf16 for ``base_bits=16``, fp32 for 32). Targets name projections as
+``LoraSpec.adapted`` does: on a fused GPT-2 ``c_attn`` any of q, k, v adapts it (PEFT's
+``target_modules=['c_attn']``), ``up``/``down`` are ``c_fc``/``c_proj`` in a plain MLP.
+With ``base_bits=4`` every projection of the decoder layers (not the head, which
+bitsandbytes leaves alone) becomes a :class:`Linear4bit`, an emulation of bitsandbytes'
+NF4 layer: packed uint8 weight and double-quantized block statistics, a dequantized copy
+made in forward and again in backward inside :class:`MatMul4Bit`, which, as
+bitsandbytes' does, keeps only the packed weight for backward; the adapters then follow
+PEFT's ``lora.bnb.Linear4bit`` (a defensive ``clone`` of the base output, no input cast
+under autocast). With gradient checkpointing the embedding output is made to require
+grad, as PEFT's and TRL's ``enable_input_require_grads`` calls do.
+
 Not modelled: MoE, Gemma-2's four norms per layer, sliding windows, padding masks, KV
 caches. Those specs raise ``NotImplementedError``.
 """
@@ -61,6 +79,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint, noop_context_fn
 
 from planner.model_spec import ModelSpec
+from planner.training import LoraSpec
 
 Style = Literal['gpt2', 'llama']
 AttentionImpl = Literal['eager', 'sdpa']
@@ -73,6 +92,9 @@ LAYERNORM_EPS = 1e-5  # GPT2Config.layer_norm_epsilon
 RMSNORM_EPS = 1e-6  # LlamaConfig.rms_norm_eps
 ROPE_THETA = 10000.0
 INIT_STD = 0.02
+LORA_ALPHA = 8  # PEFT's default lora_alpha; scaling = alpha / r
+NF4_BLOCK = 64  # bitsandbytes' 4-bit blocksize
+NF4_ABSMAX_BLOCK = 256  # the block of the second (double) quantization
 
 
 # ---- the loss ---------------------------------------------------------------------------
@@ -530,6 +552,186 @@ class CausalLM(nn.Module):
         return CausalLMOutput(loss, logits)
 
 
+# ---- LoRA (PEFT) and 4-bit base layers (bitsandbytes) ---------------------------------------
+class MatMul4Bit(torch.autograd.Function):
+    """bitsandbytes' ``MatMul4Bit``: dequantize, matmul; keep only the packed weight.
+
+    As in ``bitsandbytes/autograd/_functions.py``: the forward dequantizes the weight
+    to the input's dtype for one ``linear`` and drops it; ``ctx.tensors = (None, B)``
+    (the packed parameter, no new memory) when an input needs grad; the backward
+    dequantizes again for ``grad_A`` and never computes a weight gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                layer: Linear4bit) -> torch.Tensor:
+        output = F.linear(a, layer.dequantize(a.dtype), bias)
+        ctx.layer = layer
+        ctx.dtype_bias = None if bias is None else bias.dtype
+        ctx.tensors = (None, b) if any(ctx.needs_input_grad[:2]) else (None, None)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        req_grad_a, _, req_grad_bias, _ = ctx.needs_input_grad
+        grad_a = grad_bias = None
+        if req_grad_bias:
+            grad_bias = grad_output.sum(0, dtype=ctx.dtype_bias)
+        if req_grad_a:
+            grad_a = torch.matmul(grad_output, ctx.layer.dequantize(grad_output.dtype))
+        return grad_a, None, grad_bias, None
+
+
+class Linear4bit(nn.Module):
+    """bitsandbytes' ``Linear4bit`` (NF4, blocksize 64, ``compress_statistics=True``).
+
+    Storage as ``Params4bit`` keeps it: the weight packed two to a byte in a uint8
+    ``(in·out/2, 1)`` parameter; the quant state's absmax double-quantized (a uint8 code
+    per 64 weights, an fp32 scale per 256 codes, an fp32 offset), held here as buffers so
+    that they are counted. The forward follows ``Linear4bit.forward``: the compute dtype
+    is the input's (``set_compute_type`` for fp32/bf16 inputs), then ``matmul_4bit``.
+
+    :meth:`dequantize` stands in for bitsandbytes' CUDA kernels by their allocations
+    only: the fp32 absmax of ``dequantize_blockwise`` and the dequantized matrix in the
+    dtype the weight was quantized from (the values are zeros; memory is what is
+    emulated).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool,
+                 dtype: torch.dtype) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        n = in_features * out_features
+        blocks = math.ceil(n / NF4_BLOCK)
+        self.weight = nn.Parameter(torch.empty(n // 2, 1, dtype=torch.uint8),
+                                   requires_grad=False)
+        self.register_buffer('absmax', torch.zeros(blocks, dtype=torch.uint8),
+                             persistent=False)
+        self.register_buffer('absmax_scale', torch.ones(math.ceil(blocks / NF4_ABSMAX_BLOCK),
+                                                        dtype=torch.float32), persistent=False)
+        self.register_buffer('absmax_offset', torch.zeros((), dtype=torch.float32),
+                             persistent=False)
+        self.bias = (nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False)
+                     if bias else None)
+        self.quant_dtype = dtype  # what dequantization returns (the dtype quantized from)
+        self.compute_dtype: torch.dtype | None = None
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        """The (out, in) weight in ``dtype``, allocated as bitsandbytes' kernels do."""
+        absmax = self.absmax.to(torch.float32)  # dequantize_blockwise's output
+        absmax.add_(self.absmax_offset)
+        weight = torch.zeros(self.out_features, self.in_features, dtype=self.quant_dtype,
+                             device=self.weight.device)
+        del absmax
+        return weight.to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.compute_dtype is None:
+            self.compute_dtype = x.dtype
+        inp_dtype = x.dtype
+        x = x.to(self.compute_dtype)
+        bias = None if self.bias is None else self.bias.to(self.compute_dtype)
+        return MatMul4Bit.apply(x, self.weight, bias, self).to(inp_dtype)
+
+
+def _autocast_enabled() -> bool:
+    """PEFT's ``torch.is_autocast_enabled()`` (CUDA's), for the CPU autocast used here."""
+    return torch.is_autocast_enabled('cpu') or torch.is_autocast_enabled('cuda')
+
+
+class LoraLinear(nn.Module):
+    """PEFT's ``lora.Linear`` (``lora.bnb.Linear4bit`` over a :class:`Linear4bit`).
+
+    ``lora_A`` (r x in) and ``lora_B`` (out x r) are fp32 ``nn.Linear`` without bias;
+    ``lora_dropout`` is ``nn.Identity`` (PEFT's default p = 0). The 16/32-bit layer casts
+    the input to the adapters' dtype (``_cast_input_dtype``) and the result back to the
+    base output's dtype; the 4-bit layer clones the base output and casts only when
+    autocast is off.
+    """
+
+    def __init__(self, base_layer: nn.Module, in_features: int, out_features: int,
+                 rank: int) -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        self.lora_dropout = nn.Identity()
+        self.lora_A = nn.Linear(in_features, rank, bias=False, dtype=torch.float32)
+        self.lora_B = nn.Linear(rank, out_features, bias=False, dtype=torch.float32)
+        nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B.weight)
+        self.scaling = LORA_ALPHA / rank
+        self.quantized = isinstance(base_layer, Linear4bit)
+
+    def _cast_input_dtype(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = self.lora_A.weight.dtype
+        return x if x.dtype == dtype else x.to(dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.quantized:
+            result = self.base_layer(x).clone()  # "defensively clone" (PEFT, for 4-bit)
+            requires_conversion = not _autocast_enabled()
+            if requires_conversion:
+                expected_dtype = result.dtype
+                x = self._cast_input_dtype(x)
+            output = self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
+            if requires_conversion:
+                output = output.to(expected_dtype)
+            return result + output
+        result = self.base_layer(x)
+        torch_result_dtype = result.dtype
+        x = self._cast_input_dtype(x)
+        result = result + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
+        return result.to(torch_result_dtype)
+
+
+# Projection attributes of the attention block and the MLP, and the LoRA target each is.
+_ATTENTION_TARGETS = {'q_proj': 'q', 'k_proj': 'k', 'v_proj': 'v', 'o_proj': 'o',
+                      'c_attn': 'qkv', 'q_attn': 'q', 'k_attn': 'k', 'v_attn': 'v',
+                      'c_proj': 'o'}
+_MLP_TARGETS = {'gate_proj': 'gate', 'up_proj': 'up', 'down_proj': 'down', 'c_fc': 'up',
+                'c_proj': 'down'}
+
+
+def _fans(layer: nn.Module) -> tuple[int, int]:
+    if isinstance(layer, Conv1D):
+        nx, nf = layer.weight.shape
+        return nx, nf
+    return layer.in_features, layer.out_features
+
+
+def apply_lora(model: CausalLM, lora: LoraSpec) -> CausalLM:
+    """Freeze ``model``, quantize its layers' projections if asked, wrap the targets.
+
+    The model's parameters are in the frozen dtype already; adapters are fp32.
+    """
+    dtype = model.embed_tokens.weight.dtype
+    for p in model.parameters():
+        p.requires_grad_(False)
+    targets = set(lora.targets)
+    for layer in model.layers:
+        for parent, names in ((layer.self_attn, _ATTENTION_TARGETS),
+                              (layer.mlp, _MLP_TARGETS)):
+            for attr, target in names.items():
+                base = getattr(parent, attr, None)
+                if not isinstance(base, (nn.Linear, Conv1D)):
+                    continue
+                fan_in, fan_out = _fans(base)
+                if lora.quantized:
+                    if lora.base_bits != 4:
+                        raise NotImplementedError('only 4-bit bases are emulated')
+                    base = Linear4bit(fan_in, fan_out, base.bias is not None, dtype)
+                wanted = (targets & {'q', 'k', 'v'}) if target == 'qkv' else target in targets
+                if wanted:
+                    base = LoraLinear(base, fan_in, fan_out, lora.rank)
+                setattr(parent, attr, base)
+    return model
+
+
+def _make_inputs_require_grad(_module: nn.Module, _inputs: object,
+                              output: torch.Tensor) -> None:
+    """transformers' ``enable_input_require_grads`` hook on the input embedding."""
+    output.requires_grad_(True)
+
+
 def default_style(spec: ModelSpec) -> Style:
     """GPT-2 for LayerNorm with a plain MLP, Llama otherwise."""
     return 'gpt2' if spec.norm == 'layernorm' and not spec.gated_mlp else 'llama'
@@ -537,8 +739,9 @@ def default_style(spec: ModelSpec) -> Style:
 
 def build_model(spec: ModelSpec, *, style: Style | None = None,
                 attention: AttentionImpl = 'eager', checkpointing: bool = False,
-                fused_qkv: bool | None = None, tanh_gelu: TanhGelu | None = None) -> CausalLM:
-    """The reference model for ``spec``, in training mode, fp32 parameters.
+                fused_qkv: bool | None = None, tanh_gelu: TanhGelu | None = None,
+                lora: LoraSpec | None = None) -> CausalLM:
+    """The reference model for ``spec``, in training mode, in the default dtype.
 
     Args:
         spec: the shape; its ``total_params()`` is the model's parameter count.
@@ -549,6 +752,8 @@ def build_model(spec: ModelSpec, *, style: Style | None = None,
         tanh_gelu: for ``activation='gelu_tanh'``: ``'gelu_new'`` (GPT-2's Python
             formula; default for the GPT-2 style) or ``'gelu_pytorch_tanh'`` (one
             fused op, as in Gemma; default for the Llama style).
+        lora: PEFT LoRA adapters on the frozen model (see the module docstring); with
+            ``checkpointing`` the embedding output is made to require grad.
     """
     style = default_style(spec) if style is None else style
     if style not in STYLES:
@@ -567,4 +772,8 @@ def build_model(spec: ModelSpec, *, style: Style | None = None,
     if tanh_gelu is None:
         tanh_gelu = 'gelu_new' if style == 'gpt2' else 'gelu_pytorch_tanh'
     model = CausalLM(spec, style, attention, checkpointing, fused_qkv, tanh_gelu)
+    if lora is not None:
+        apply_lora(model, lora)
+        if checkpointing:
+            model.embed_tokens.register_forward_hook(_make_inputs_require_grad)
     return model.train()
