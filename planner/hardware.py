@@ -8,7 +8,7 @@ peaks are dense (no 2:4 sparsity) tensor-core FLOP/s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 DTYPES: tuple[str, ...] = ('fp32', 'tf32', 'bf16', 'fp16', 'fp8')
 
@@ -85,19 +85,3 @@ class LinkSpec:
     latency_s: float = 5e-6
     aliases: tuple[str, ...] = ()
     source: str = ''
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """Up to ``nodes`` x ``gpus_per_node`` GPUs of one kind and the links between them."""
-
-    gpu: GpuSpec
-    nodes: int = 1
-    gpus_per_node: int = 8
-    inter_node: LinkSpec | None = None
-    extra: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def total_gpus(self) -> int:
-        """GPUs in the whole cluster."""
-        return self.nodes * self.gpus_per_node

@@ -8,7 +8,7 @@ published checkpoints exactly (see ``tests/planner/test_model_spec.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from planner.errors import InputError
@@ -247,22 +247,3 @@ class ModelSpec:
     def with_changes(self, **changes: object) -> ModelSpec:
         """A copy with some fields replaced (validated again)."""
         return replace(self, **changes)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class ParamSummary:
-    """Parameter counts for display: total, active, embeddings, per layer."""
-
-    total: int
-    active: int
-    embedding: int
-    head: int
-    per_layer: int
-    extra: dict[str, int] = field(default_factory=dict)
-
-
-def summarize(spec: ModelSpec) -> ParamSummary:
-    """Counts worth showing next to a model's name."""
-    return ParamSummary(total=spec.total_params(), active=spec.active_params(),
-                        embedding=spec.embedding_params(), head=spec.head_params(),
-                        per_layer=spec.layer_params(spec.moe is not None))
