@@ -16,14 +16,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
+    QT_TRANSLATE_NOOP,
     QAbstractTableModel,
-    QCoreApplication,
     QModelIndex,
     QPersistentModelIndex,
     QSortFilterProxyModel,
     Qt,
 )
 from PySide6.QtGui import QBrush, QColor
+
+from ui.core_terms import core_text
+from ui.i18n import translate
 
 if TYPE_CHECKING:
     from planner.plan_result import Candidate
@@ -33,9 +36,6 @@ DAY = 86_400.0
 RAW_ROLE = Qt.ItemDataRole.UserRole
 CANDIDATE_ROLE = Qt.ItemDataRole.UserRole + 1
 
-
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('CandidateTableModel', text)
 
 
 def si(value: float, unit: str = '') -> str:
@@ -50,7 +50,11 @@ def si(value: float, unit: str = '') -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """One table column: header (with unit), tooltip, raw value and its text."""
+    """One table column: header (with unit), tooltip, raw value and its displayed text.
+
+    ``header`` and ``tooltip`` are English source texts (translated when shown); ``text``
+    renders a raw value for the table in the UI language.
+    """
 
     key: str
     header: str
@@ -59,38 +63,62 @@ class Column:
     text: Callable[[Any], str]
 
 
+# Headers and tooltips are marked for translation and translated in headerData/data;
+# to_csv keeps the English headers (a CSV is data for other tools, not a display).
 COLUMNS: tuple[Column, ...] = (
-    Column('rank', '#', 'Rank by time-to-train (near-ties go to the simpler layout)',
-           lambda c: c.rank, str),
-    Column('gpus', 'GPUs', 'GPUs used = TP × PP × CP × DP', lambda c: c.gpus, str),
-    Column('nodes', 'nodes', 'Nodes used (the fewest that hold the GPUs)',
+    Column('rank', '#', QT_TRANSLATE_NOOP(
+        'CandidateTableModel', 'Rank by time-to-train (near-ties go to the simpler layout)'),
+        lambda c: c.rank, str),
+    Column('gpus', QT_TRANSLATE_NOOP('CandidateTableModel', 'GPUs'),
+           QT_TRANSLATE_NOOP('CandidateTableModel', 'GPUs used = TP × PP × CP × DP'),
+           lambda c: c.gpus, str),
+    Column('nodes', QT_TRANSLATE_NOOP('CandidateTableModel', 'nodes'),
+           QT_TRANSLATE_NOOP('CandidateTableModel', 'Nodes used (the fewest that hold the GPUs)'),
            lambda c: c.nodes, str),
-    Column('layout', 'TP/PP/CP/DP', 'Tensor / pipeline (× virtual stages) / context / '
-           'data parallel sizes', lambda c: c.layout, str),
-    Column('micro', 'micro×accum', 'Micro-batch × gradient accumulation; global batch = '
-           'micro × accum × DP', lambda c: c.micro_batch * 10_000 + c.grad_accum,
+    Column('layout', 'TP/PP/CP/DP', QT_TRANSLATE_NOOP(
+        'CandidateTableModel', 'Tensor / pipeline (× virtual stages) / context / data parallel '
+        'sizes'), lambda c: c.layout, str),
+    Column('micro', QT_TRANSLATE_NOOP('CandidateTableModel', 'micro×accum'), QT_TRANSLATE_NOOP(
+        'CandidateTableModel', 'Micro-batch × gradient accumulation; global batch = micro × '
+        'accum × DP'), lambda c: c.micro_batch * 10_000 + c.grad_accum,
            lambda v: f'{v // 10_000}×{v % 10_000}'),
-    Column('zero', 'ZeRO', 'ZeRO stage: 0 plain DP, 1 optimizer states, 2 + gradients, '
-           '3 + weights sharded', lambda c: c.zero, str),
-    Column('recompute', 'recompute', 'Activation recompute: none, selective (attention), '
-           'full (whole layers)', lambda c: c.recompute, str),
-    Column('memory', 'memory (GiB)', 'Per-GPU peak incl. CUDA context and allocator reserve '
-           '(≈ nvidia-smi)', lambda c: c.memory.total_bytes / GIB, lambda v: f'{v:.1f}'),
-    Column('headroom', 'headroom (GiB)', 'Usable memory (capacity less the margin) left at '
-           'the peak', lambda c: c.memory.headroom_bytes / GIB, lambda v: f'{v:.1f}'),
-    Column('step', 'step (s)', 'Time of one optimizer step', lambda c: c.step_time_s,
-           lambda v: f'{v:.3g}'),
-    Column('tokens', 'tokens/s', 'Training throughput of the whole job',
+    Column('zero', 'ZeRO', QT_TRANSLATE_NOOP(
+        'CandidateTableModel', 'ZeRO stage: 0 plain DP, 1 optimizer states, 2 + gradients, '
+        '3 + weights sharded'), lambda c: c.zero, str),
+    Column('recompute', QT_TRANSLATE_NOOP('CandidateTableModel', 'recompute'), QT_TRANSLATE_NOOP(
+        'CandidateTableModel', 'Activation recompute: none, selective (attention), full (whole '
+        'layers)'), lambda c: c.recompute, core_text),
+    Column('memory', QT_TRANSLATE_NOOP('CandidateTableModel', 'memory (GiB)'), QT_TRANSLATE_NOOP(
+        'CandidateTableModel', 'Per-GPU peak incl. CUDA context and allocator reserve '
+        '(≈ nvidia-smi)'), lambda c: c.memory.total_bytes / GIB, lambda v: f'{v:.1f}'),
+    Column('headroom', QT_TRANSLATE_NOOP('CandidateTableModel', 'headroom (GiB)'),
+           QT_TRANSLATE_NOOP('CandidateTableModel',
+                             'Usable memory (capacity less the margin) left at the peak'),
+           lambda c: c.memory.headroom_bytes / GIB, lambda v: f'{v:.1f}'),
+    Column('step', QT_TRANSLATE_NOOP('CandidateTableModel', 'step (s)'),
+           QT_TRANSLATE_NOOP('CandidateTableModel', 'Time of one optimizer step'),
+           lambda c: c.step_time_s, lambda v: f'{v:.3g}'),
+    Column('tokens', 'tokens/s',
+           QT_TRANSLATE_NOOP('CandidateTableModel', 'Training throughput of the whole job'),
            lambda c: c.tokens_per_s, si),
-    Column('mfu', 'MFU (%)', 'Model FLOPs utilisation: model FLOPs per second ÷ peak',
-           lambda c: 100 * c.mfu, lambda v: f'{v:.1f}'),
-    Column('days', 'time (days)', 'Time-to-train = steps × step time',
+    Column('mfu', 'MFU (%)', QT_TRANSLATE_NOOP(
+        'CandidateTableModel', 'Model FLOPs utilisation: model FLOPs per second ÷ peak'),
+        lambda c: 100 * c.mfu, lambda v: f'{v:.1f}'),
+    Column('days', QT_TRANSLATE_NOOP('CandidateTableModel', 'time (days)'),
+           QT_TRANSLATE_NOOP('CandidateTableModel', 'Time-to-train = steps × step time'),
            lambda c: c.time_to_train_s / DAY, lambda v: '–' if not math.isfinite(v)
            else f'{v:.1f}'),
-    Column('gpu_hours', 'GPU-hours', 'GPUs × time-to-train', lambda c: c.gpu_hours, si),
-    Column('cost', 'cost (USD)', 'GPU-hours × price per GPU-hour', lambda c: c.cost_usd, si),
-    Column('pareto', 'Pareto', 'On the time-to-train vs GPU-hours front',
-           lambda c: 'yes' if c.on_pareto else '', str),
+    Column('gpu_hours', QT_TRANSLATE_NOOP('CandidateTableModel', 'GPU-hours'),
+           QT_TRANSLATE_NOOP('CandidateTableModel', 'GPUs × time-to-train'),
+           lambda c: c.gpu_hours, si),
+    Column('cost', QT_TRANSLATE_NOOP('CandidateTableModel', 'cost (USD)'),
+           QT_TRANSLATE_NOOP('CandidateTableModel', 'GPU-hours × price per GPU-hour'),
+           lambda c: c.cost_usd, si),
+    # the raw 'yes' is what the CSV holds; the table shows it translated
+    Column('pareto', 'Pareto',
+           QT_TRANSLATE_NOOP('CandidateTableModel', 'On the time-to-train vs GPU-hours front'),
+           lambda c: 'yes' if c.on_pareto else '',
+           lambda v: translate('CandidateTableModel', 'yes') if v else ''),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 
@@ -140,9 +168,9 @@ class CandidateTableModel(QAbstractTableModel):
         if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
             return None
         if role == Qt.ItemDataRole.DisplayRole:
-            return _tr(COLUMNS[section].header)
+            return translate('CandidateTableModel', COLUMNS[section].header)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return _tr(COLUMNS[section].tooltip)
+            return translate('CandidateTableModel', COLUMNS[section].tooltip)
         return None
 
     def data(self, index: QModelIndex | QPersistentModelIndex,
@@ -163,7 +191,7 @@ class CandidateTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ForegroundRole and col.key == 'headroom':
             return QBrush(headroom_colour(c.memory.headroom_bytes, c.memory.usable_bytes))
         if role == Qt.ItemDataRole.ToolTipRole:
-            return _tr(col.tooltip)
+            return translate('CandidateTableModel', col.tooltip)
         return None
 
     def to_csv(self, rows: Sequence[int] | None = None) -> str:

@@ -1,8 +1,9 @@
 """The selected plan's per-GPU memory as one stacked bar, with capacity and margin lines.
 
-One ``BarGraphItem`` per named part (planner.report's labels), created once and updated
-with ``setOpts(height=..., y0=...)`` (STYLE.md §1.3.1). Hovering the bar shows the part
-under the mouse in a tooltip.
+One ``BarGraphItem`` per named part (planner.report's labels, shown translated through
+:func:`ui.core_terms.core_text`), created once and updated with
+``setOpts(height=..., y0=...)`` (STYLE.md §1.3.1). Hovering the bar shows the part under
+the mouse in a tooltip.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QPointF
+from PySide6.QtCore import QPointF
 from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QToolTip
 
 from planner.report import COMPONENT_LABELS, OVERHEAD_LABELS
+from ui.core_terms import core_text
+from ui.i18n import translate
 
 if TYPE_CHECKING:
     from planner.plan_result import CandidateMemory
@@ -31,9 +34,6 @@ BAR_X = 0.0
 BAR_WIDTH = 0.6
 
 
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('MemoryPlot', text)
-
 
 class MemoryPlot(pg.PlotWidget):
     """Stacked per-GPU memory of one plan, in GiB."""
@@ -41,8 +41,8 @@ class MemoryPlot(pg.PlotWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         item = self.getPlotItem()
-        item.setTitle(_tr('Per-GPU memory at the peak'))
-        item.setLabel('left', _tr('memory'), units='GiB')
+        item.setTitle(translate('MemoryPlot', 'Per-GPU memory at the peak'))
+        item.setLabel('left', translate('MemoryPlot', 'memory'), units='GiB')
         item.hideAxis('bottom')
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
@@ -54,15 +54,16 @@ class MemoryPlot(pg.PlotWidget):
             bar.setVisible(False)
             self.addItem(bar)
             self.bars[key] = bar
-        self.labels = dict(PARTS)
+        self.labels = {key: core_text(label) for key, label in PARTS}
         self.capacity_line = pg.InfiniteLine(angle=0, movable=False,
                                              pen=pg.mkPen('#c62828', width=2),
-                                             label=_tr('capacity {value:.1f} GiB'),
+                                             label=translate('MemoryPlot',
+                                                             'capacity {value:.1f} GiB'),
                                              labelOpts={'position': 0.85, 'color': '#c62828'})
         self.usable_line = pg.InfiniteLine(angle=0, movable=False,
                                            pen=pg.mkPen('#ef6c00', width=1.5,
                                                         style=pg.QtCore.Qt.PenStyle.DashLine),
-                                           label=_tr('usable {value:.1f} GiB'),
+                                           label=translate('MemoryPlot', 'usable {value:.1f} GiB'),
                                            labelOpts={'position': 0.15, 'color': '#ef6c00'})
         self.addItem(self.capacity_line, ignoreBounds=True)
         self.addItem(self.usable_line, ignoreBounds=True)
@@ -120,8 +121,10 @@ class MemoryPlot(pg.PlotWidget):
         if key is None:
             QToolTip.hideText()
             return
-        QToolTip.showText(QCursor.pos(), f'{self.labels[key]}: {self.heights_gib[key]:.2f} GiB'
-                          f' (total {self.total_gib():.2f} GiB)', self)
+        text = translate('MemoryPlot', '{part}: {value:.2f} GiB (total {total:.2f} GiB)')
+        QToolTip.showText(QCursor.pos(), text.format(part=self.labels[key],
+                                                     value=self.heights_gib[key],
+                                                     total=self.total_gib()), self)
 
 
 if __name__ == '__main__':

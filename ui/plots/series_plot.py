@@ -12,13 +12,12 @@ from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QPointF, Qt
+from PySide6.QtCore import QPointF, Qt
+
+from ui.i18n import translate
 
 DAY = 86_400.0
 
-
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('SeriesPlot', text)
 
 
 class _Series:
@@ -79,8 +78,8 @@ class _Series:
         self.marker.setPos(np.log10(x) if log_x else x)
         self.marker.label.setFormat(label)
         self.marker.setVisible(True)
-        self.item.setLabel('bottom', f'{self.x_label}  (dashed: {label})' if label
-                           else self.x_label)
+        self.item.setLabel('bottom', translate('SeriesPlot', '{axis}  (dashed: {marker})').format(
+            axis=self.x_label, marker=label) if label else self.x_label)
 
     def hover(self, pos: QPointF) -> bool:
         vb = self.item.getViewBox()
@@ -137,16 +136,20 @@ class SeriesPlot(pg.PlotWidget):
 
 def time_vs_gpus_plot(parent=None) -> SeriesPlot:
     """Best time-to-train (days) at each GPU count."""
-    return SeriesPlot(_tr('Best time-to-train vs GPUs'), _tr('GPUs'),
-                      _tr('time-to-train (days)'),
-                      lambda x, y: f'{x:.0f} GPUs: {y:.2f} days', parent=parent)
+    readout = translate('SeriesPlot', '{gpus:.0f} GPUs: {days:.2f} days')
+    return SeriesPlot(translate('SeriesPlot', 'Best time-to-train vs GPUs'),
+                      translate('SeriesPlot', 'GPUs'),
+                      translate('SeriesPlot', 'time-to-train (days)'),
+                      lambda x, y: readout.format(gpus=x, days=y), parent=parent)
 
 
 def time_vs_batch_plot(parent=None) -> SeriesPlot:
     """Best time-to-train (days) at each global batch (tokens, log axis)."""
-    return SeriesPlot(_tr('Best time-to-train vs global batch'), _tr('global batch (tokens)'),
-                      _tr('time-to-train (days)'),
-                      lambda x, y: f'{x / 1e6:.3g}M tokens: {y:.2f} days', log_x=True,
+    readout = translate('SeriesPlot', '{tokens:.3g}M tokens: {days:.2f} days')
+    return SeriesPlot(translate('SeriesPlot', 'Best time-to-train vs global batch'),
+                      translate('SeriesPlot', 'global batch (tokens)'),
+                      translate('SeriesPlot', 'time-to-train (days)'),
+                      lambda x, y: readout.format(tokens=x / 1e6, days=y), log_x=True,
                       colour='#2ca02c', parent=parent)
 
 
@@ -155,18 +158,20 @@ class MicroBatchPlot(pg.GraphicsLayoutWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.throughput_item = self.addPlot(row=0, col=0, title=_tr(
+        self.throughput_item = self.addPlot(row=0, col=0, title=translate('SeriesPlot',
             'Throughput and MFU vs micro-batch'))
-        self.throughput_item.setLabel('left', _tr('tokens/s'))
+        self.throughput_item.setLabel('left', translate('SeriesPlot', 'tokens/s'))
         self.throughput_item.showGrid(x=True, y=True, alpha=0.25)
         self.mfu_item = self.addPlot(row=1, col=0)
-        self.mfu_item.setLabel('left', _tr('MFU (%)'))
-        self.mfu_item.setLabel('bottom', _tr('micro-batch'))
+        self.mfu_item.setLabel('left', translate('SeriesPlot', 'MFU (%)'))
+        self.mfu_item.setLabel('bottom', translate('SeriesPlot', 'micro-batch'))
         self.mfu_item.showGrid(x=True, y=True, alpha=0.25)
         self.mfu_item.setXLink(self.throughput_item)
+        tps = translate('SeriesPlot', 'micro {micro:.0f}: {tps:,.0f} tokens/s')
         self.throughput = _Series(self.throughput_item, '#1f77b4',
-                                  lambda x, y: f'micro {x:.0f}: {y:,.0f} tokens/s')
-        self.mfu = _Series(self.mfu_item, '#ff7f0e', lambda x, y: f'micro {x:.0f}: {y:.1f}% MFU')
+                                  lambda x, y: tps.format(micro=x, tps=y))
+        mfu = translate('SeriesPlot', 'micro {micro:.0f}: {mfu:.1f}% MFU')
+        self.mfu = _Series(self.mfu_item, '#ff7f0e', lambda x, y: mfu.format(micro=x, mfu=y))
         self.scene().sigMouseMoved.connect(self._hover)
 
     def set_data(self, micro, tokens_per_s, mfu, selected_micro: int | None = None) -> None:

@@ -1,7 +1,9 @@
 """Everything about the selected plan: layout, memory, time, cost, guidance, warnings.
 
 A ``QTreeWidget`` of (quantity, value) rows in sections; every estimate carries its
-formula as a tooltip. Warnings and guidance come from :mod:`planner.guidance`.
+formula as a tooltip. Warnings and guidance come from :mod:`planner.guidance`; their
+sentences, the memory part labels and the phase names are the core's English texts,
+shown through :func:`ui.core_terms.core_text`.
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QCoreApplication, Qt
+from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QWidget
 
 from planner.report import COMPONENT_LABELS, OVERHEAD_LABELS
+from ui.core_terms import core_text
+from ui.i18n import translate
 
 if TYPE_CHECKING:
     from planner.guidance import Guidance
@@ -23,51 +27,80 @@ if TYPE_CHECKING:
 GIB = 2**30
 DAY = 86_400.0
 
+# Tooltips, translated when shown (DetailPanel._row).
 FORMULAS = {
-    'weights': 'parameters on this GPU × bytes per weight (÷ DP·CP under ZeRO-3); the '
-               'parameters of one stage are (layers ÷ PP) layers ÷ TP, plus the embedding or '
-               'head on the first/last stage',
-    'gradients': 'parameters on this GPU × gradient bytes (÷ DP·CP under ZeRO-2/3); live '
-                 'during forward only when accumulating',
-    'optimizer_states': 'parameters × (optimizer state bytes + fp32 master copy) '
-                        '(÷ DP·CP under ZeRO-1/2/3)',
-    'optimizer_step_temp': 'the optimizer step\'s temporaries (foreach buffers)',
-    'activations': 'saved bytes per layer (recompute mode, TP/SP and CP splits) × layers '
-                   'on the stage × micro-batches in flight (min(accum, PP) under 1F1B)',
-    'logits': 'b·s·vocab logits and the loss\'s buffers on the last stage',
-    'attention_scores_temp': 'eager attention: 2 × 4 bytes × b × heads/TP × s × s/CP',
-    'autocast_copies': 'low-precision copies autocast keeps of each weight a saved matmul '
-                       'reads',
-    'backward_temp': 'gradients alive while one layer runs backward (residual + MLP width)',
-    'zero3_gathered': 'ZeRO-3: whole layers gathered for compute (current + prefetched)',
-    'unsharded_grad': 'ZeRO-2/3: a layer\'s full gradient before reduce-scatter',
-    'buffers': 'DDP/ZeRO communication buckets',
-    'cuda_context': 'CUDA driver context and loaded kernels (outside the allocator)',
-    'workspace': 'cuBLAS workspace + NCCL buffers when more than one GPU',
-    'allocator_reserve': 'caching-allocator reserve: 5 % of the tensor peak',
+    'weights': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'parameters on this GPU × bytes per weight (÷ DP·CP under ZeRO-3); the '
+        'parameters of one stage are (layers ÷ PP) layers ÷ TP, plus the embedding or head on '
+        'the first/last stage'),
+    'gradients': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'parameters on this GPU × gradient bytes (÷ DP·CP under ZeRO-2/3); live '
+        'during forward only when accumulating'),
+    'optimizer_states': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'parameters × (optimizer state bytes + fp32 master copy) (÷ DP·CP under '
+        'ZeRO-1/2/3)'),
+    'optimizer_step_temp': QT_TRANSLATE_NOOP(
+        'DetailPanel', "the optimizer step's temporaries (foreach buffers)"),
+    'activations': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'saved bytes per layer (recompute mode, TP/SP and CP splits) × layers on '
+        'the stage × micro-batches in flight (min(accum, PP) under 1F1B)'),
+    'logits': QT_TRANSLATE_NOOP(
+        'DetailPanel', "b·s·vocab logits and the loss's buffers on the last stage"),
+    'attention_scores_temp': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'eager attention: 2 × 4 bytes × b × heads/TP × s × s/CP'),
+    'autocast_copies': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'low-precision copies autocast keeps of each weight a saved matmul '
+        'reads'),
+    'backward_temp': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'gradients alive while one layer runs backward (residual + MLP width)'),
+    'zero3_gathered': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'ZeRO-3: whole layers gathered for compute (current + prefetched)'),
+    'unsharded_grad': QT_TRANSLATE_NOOP(
+        'DetailPanel', "ZeRO-2/3: a layer's full gradient before reduce-scatter"),
+    'buffers': QT_TRANSLATE_NOOP('DetailPanel', 'DDP/ZeRO communication buckets'),
+    'cuda_context': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'CUDA driver context and loaded kernels (outside the allocator)'),
+    'workspace': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'cuBLAS workspace + NCCL buffers when more than one GPU'),
+    'allocator_reserve': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'caching-allocator reserve: 5 % of the tensor peak'),
 }
 TIME_FORMULAS = {
-    'step': 'step = compute + memory-bound ops + pipeline bubble + exposed TP/CP/PP/DP '
-            'communication + optimizer + overhead (docs/time-model.md)',
-    'tokens': 'tokens/s = global batch × sequence length ÷ step time',
-    'mfu': 'MFU = 6·N·tokens/s (+ attention FLOPs) ÷ (GPUs × peak FLOP/s)',
-    'hfu': 'HFU counts recomputed FLOPs too',
-    'efficiency': 'GEMM efficiency: achieved ÷ peak FLOP/s for this GEMM size (default '
-                  'curve per GPU family, or a calibration)',
-    'steps': 'steps = training tokens ÷ (global batch × sequence length)',
-    'time': 'time-to-train = steps × step time',
-    'gpu_hours': 'GPU-hours = GPUs × time-to-train ÷ 3600',
-    'cost': 'cost = GPU-hours × price per GPU-hour',
+    'step': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'step = compute + memory-bound ops + pipeline bubble + exposed '
+        'TP/CP/PP/DP communication + optimizer + overhead (docs/time-model.md)'),
+    'tokens': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'tokens/s = global batch × sequence length ÷ step time'),
+    'mfu': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'MFU = 6·N·tokens/s (+ attention FLOPs) ÷ (GPUs × peak FLOP/s)'),
+    'hfu': QT_TRANSLATE_NOOP('DetailPanel', 'HFU counts recomputed FLOPs too'),
+    'efficiency': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'GEMM efficiency: achieved ÷ peak FLOP/s for this GEMM size (default '
+        'curve per GPU family, or a calibration)'),
+    'steps': QT_TRANSLATE_NOOP(
+        'DetailPanel', 'steps = training tokens ÷ (global batch × sequence length)'),
+    'time': QT_TRANSLATE_NOOP('DetailPanel', 'time-to-train = steps × step time'),
+    'gpu_hours': QT_TRANSLATE_NOOP('DetailPanel', 'GPU-hours = GPUs × time-to-train ÷ 3600'),
+    'cost': QT_TRANSLATE_NOOP('DetailPanel', 'cost = GPU-hours × price per GPU-hour'),
 }
-
-
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('DetailPanel', text)
 
 
 def gib(n: float) -> str:
     """Bytes as GiB."""
     return f'{n / GIB:,.2f} GiB'
+
+
+def _formula(key: str) -> str:
+    return translate('DetailPanel', FORMULAS[key]) if key in FORMULAS else ''
+
+
+def _time_formula(key: str) -> str:
+    return translate('DetailPanel', TIME_FORMULAS[key])
+
+
+def _words(key: str) -> str:
+    """A core key shown as words ('forward_end' -> 'forward end'), translated."""
+    return core_text(key.removesuffix('_s').replace('_', ' '))
 
 
 class DetailPanel(QTreeWidget):
@@ -76,7 +109,8 @@ class DetailPanel(QTreeWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setColumnCount(2)
-        self.setHeaderLabels([_tr('quantity'), _tr('value')])
+        self.setHeaderLabels([translate('DetailPanel', 'quantity'),
+                              translate('DetailPanel', 'value')])
         self.setAlternatingRowColors(True)
         self.setRootIsDecorated(True)
         self.setWordWrap(True)
@@ -87,7 +121,7 @@ class DetailPanel(QTreeWidget):
         self.warnings_label.setObjectName('warnings_label')
         self.warnings_label.setWordWrap(True)
         self.warnings_label.setStyleSheet('color: #c62828;')
-        self.show_message(_tr('Select a plan in the table.'))
+        self.show_message(translate('DetailPanel', 'Select a plan in the table.'))
 
     def show_message(self, text: str) -> None:
         """One line instead of a plan (no result yet, or no plan)."""
@@ -125,96 +159,128 @@ class DetailPanel(QTreeWidget):
         self.clear()
         self.values = {}
         self.warnings_label.setText('')
-        m = c.memory
-        s = self._section(_tr('Layout #{rank}').format(rank=c.rank))
-        self._row(s, 'gpus', _tr('GPUs'), f'{c.gpus} = {c.nodes} node(s) × {c.gpus_per_node}',
-                  _tr('GPUs = TP × PP × CP × DP'))
-        self._row(s, 'layout', _tr('TP / PP / CP / DP'), c.layout,
-                  _tr('tensor / pipeline (× virtual) / context / data parallel sizes'))
-        self._row(s, 'batch', _tr('micro-batch × accumulation × DP'),
-                  f'{c.micro_batch} × {c.grad_accum} × {c.dp} = {c.global_batch}',
-                  _tr('global batch = micro-batch × accumulation × data-parallel size'))
-        self._row(s, 'zero', _tr('ZeRO stage'), str(c.zero))
-        self._row(s, 'recompute', _tr('recompute'), c.recompute)
-        self._row(s, 'sp', _tr('sequence parallel'), _tr('yes') if c.sequence_parallel else
-                  _tr('no'))
+        self._layout_section(c)
+        self._memory_section(c)
+        self._time_section(request, c)
+        if guidance is not None:
+            self._guidance_section(guidance)
 
-        s = self._section(_tr('Memory per GPU (peak at {phase})').format(
-            phase=m.peak_phase.replace('_', ' ')))
+    def _layout_section(self, c: Candidate) -> None:
+        s = self._section(translate('DetailPanel', 'Layout #{rank}').format(rank=c.rank))
+        self._row(s, 'gpus', translate('DetailPanel', 'GPUs'),
+                  translate('DetailPanel', '{gpus} = {nodes} node(s) × {per_node}').format(
+                      gpus=c.gpus, nodes=c.nodes, per_node=c.gpus_per_node),
+                  translate('DetailPanel', 'GPUs = TP × PP × CP × DP'))
+        self._row(s, 'layout', translate('DetailPanel', 'TP / PP / CP / DP'), c.layout,
+                  translate('DetailPanel',
+                            'tensor / pipeline (× virtual) / context / data parallel sizes'))
+        self._row(s, 'batch', translate('DetailPanel', 'micro-batch × accumulation × DP'),
+                  f'{c.micro_batch} × {c.grad_accum} × {c.dp} = {c.global_batch}',
+                  translate('DetailPanel',
+                            'global batch = micro-batch × accumulation × data-parallel size'))
+        self._row(s, 'zero', translate('DetailPanel', 'ZeRO stage'), str(c.zero))
+        self._row(s, 'recompute', translate('DetailPanel', 'recompute'), core_text(c.recompute))
+        self._row(s, 'sp', translate('DetailPanel', 'sequence parallel'),
+                  translate('DetailPanel', 'yes') if c.sequence_parallel
+                  else translate('DetailPanel', 'no'))
+
+    def _memory_section(self, c: Candidate) -> None:
+        m = c.memory
+        s = self._section(translate('DetailPanel', 'Memory per GPU (peak at {phase})').format(
+            phase=_words(m.peak_phase)))
         for key, label in COMPONENT_LABELS.items():
             value = m.components.get(key, 0)
             if value:
-                self._row(s, f'mem.{key}', label, gib(value), FORMULAS.get(key, ''))
-        self._row(s, 'mem.tensor_peak', _tr('tensor peak'), gib(m.tensor_peak_bytes),
-                  _tr('the largest phase total of live tensors ≈ '
-                      'torch.cuda.max_memory_allocated()'))
+                self._row(s, f'mem.{key}', core_text(label), gib(value), _formula(key))
+        self._row(s, 'mem.tensor_peak', translate('DetailPanel', 'tensor peak'),
+                  gib(m.tensor_peak_bytes),
+                  translate('DetailPanel', 'the largest phase total of live tensors ≈ '
+                            'torch.cuda.max_memory_allocated()'))
         for key, label in OVERHEAD_LABELS.items():
-            self._row(s, f'mem.{key}', label, gib(m.overhead.get(key, 0)), FORMULAS.get(key, ''))
+            self._row(s, f'mem.{key}', core_text(label), gib(m.overhead.get(key, 0)),
+                      _formula(key))
         colour = QColor('#2e7d32') if m.headroom_bytes >= 0.1 * m.usable_bytes else QColor(
             '#ef6c00')
-        self._row(s, 'mem.total', _tr('total'), gib(m.total_bytes),
-                  _tr('tensor peak + CUDA context + workspaces + allocator reserve ≈ nvidia-smi'))
-        self._row(s, 'mem.usable', _tr('usable'), gib(m.usable_bytes),
-                  _tr('capacity × (1 − margin {margin:.0%})').format(margin=m.margin_fraction))
-        self._row(s, 'mem.headroom', _tr('headroom'), gib(m.headroom_bytes),
-                  _tr('usable − total'), colour)
+        self._row(s, 'mem.total', translate('DetailPanel', 'total'), gib(m.total_bytes),
+                  translate('DetailPanel', 'tensor peak + CUDA context + workspaces + allocator '
+                            'reserve ≈ nvidia-smi'))
+        self._row(s, 'mem.usable', translate('DetailPanel', 'usable'), gib(m.usable_bytes),
+                  translate('DetailPanel', 'capacity × (1 − margin {margin:.0%})').format(
+                      margin=m.margin_fraction))
+        self._row(s, 'mem.headroom', translate('DetailPanel', 'headroom'),
+                  gib(m.headroom_bytes), translate('DetailPanel', 'usable − total'), colour)
         for phase, value in m.phases.items():
-            self._row(s, f'phase.{phase}', _tr('phase: {p}').format(p=phase.replace('_', ' ')),
-                      gib(value), _tr('total of live tensors at this moment of a step'))
+            self._row(s, f'phase.{phase}',
+                      translate('DetailPanel', 'phase: {p}').format(p=_words(phase)), gib(value),
+                      translate('DetailPanel', 'total of live tensors at this moment of a step'))
 
-        s = self._section(_tr('Time and cost'))
-        self._row(s, 'step', _tr('step time'), f'{c.step_time_s:.3g} s', TIME_FORMULAS['step'])
+    def _time_section(self, request: PlanRequest, c: Candidate) -> None:
+        s = self._section(translate('DetailPanel', 'Time and cost'))
+        step_tip = _time_formula('step')
+        self._row(s, 'step', translate('DetailPanel', 'step time'), f'{c.step_time_s:.3g} s',
+                  step_tip)
         for key, value in sorted(c.step_breakdown_s.items(), key=lambda kv: -kv[1]):
             if value > 0:
-                self._row(s, f'step.{key}', '  ' + key.removesuffix('_s').replace('_', ' '),
-                          f'{value:.3g} s ({value / c.step_time_s:.0%})', TIME_FORMULAS['step'])
-        self._row(s, 'tokens', _tr('throughput'), f'{c.tokens_per_s:,.0f} tokens/s',
-                  TIME_FORMULAS['tokens'])
-        self._row(s, 'mfu', _tr('MFU'), f'{c.mfu:.1%}', TIME_FORMULAS['mfu'])
-        self._row(s, 'hfu', _tr('HFU'), f'{c.hfu:.1%}', TIME_FORMULAS['hfu'])
-        self._row(s, 'efficiency', _tr('GEMM efficiency'), f'{c.efficiency:.0%}',
-                  TIME_FORMULAS['efficiency'])
-        if math.isfinite(c.time_to_train_s):
-            self._row(s, 'steps', _tr('steps'), f'{c.steps:,.0f}', TIME_FORMULAS['steps'])
-            self._row(s, 'time', _tr('time-to-train'), f'{c.time_to_train_s / DAY:,.2f} days',
-                      TIME_FORMULAS['time'])
-            self._row(s, 'gpu_hours', _tr('GPU-hours'), f'{c.gpu_hours:,.0f}',
-                      TIME_FORMULAS['gpu_hours'])
-            self._row(s, 'cost', _tr('cost'),
-                      f'${c.cost_usd:,.0f} at ${request.price:.2f}/GPU-hour',
-                      TIME_FORMULAS['cost'])
-
-        if guidance is None:
+                self._row(s, f'step.{key}', '  ' + _words(key),
+                          f'{value:.3g} s ({value / c.step_time_s:.0%})', step_tip)
+        self._row(s, 'tokens', translate('DetailPanel', 'throughput'),
+                  f'{c.tokens_per_s:,.0f} tokens/s', _time_formula('tokens'))
+        self._row(s, 'mfu', translate('DetailPanel', 'MFU'), f'{c.mfu:.1%}', _time_formula('mfu'))
+        self._row(s, 'hfu', translate('DetailPanel', 'HFU'), f'{c.hfu:.1%}', _time_formula('hfu'))
+        self._row(s, 'efficiency', translate('DetailPanel', 'GEMM efficiency'),
+                  f'{c.efficiency:.0%}', _time_formula('efficiency'))
+        if not math.isfinite(c.time_to_train_s):
             return
-        g = guidance
-        s = self._section(_tr('Batch and learning-rate guidance'))
-        self._row(s, 'g.batch', _tr('global batch'),
-                  f'{g.global_batch_samples:,} seq = {g.global_batch_tokens / 1e6:,.2f}M tokens')
+        self._row(s, 'steps', translate('DetailPanel', 'steps'), f'{c.steps:,.0f}',
+                  _time_formula('steps'))
+        self._row(s, 'time', translate('DetailPanel', 'time-to-train'),
+                  translate('DetailPanel', '{days:,.2f} days').format(
+                      days=c.time_to_train_s / DAY), _time_formula('time'))
+        self._row(s, 'gpu_hours', translate('DetailPanel', 'GPU-hours'), f'{c.gpu_hours:,.0f}',
+                  _time_formula('gpu_hours'))
+        self._row(s, 'cost', translate('DetailPanel', 'cost'),
+                  translate('DetailPanel', '${cost:,.0f} at ${price:.2f}/GPU-hour').format(
+                      cost=c.cost_usd, price=request.price), _time_formula('cost'))
+
+    def _guidance_section(self, g: Guidance) -> None:
+        s = self._section(translate('DetailPanel', 'Batch and learning-rate guidance'))
+        self._row(s, 'g.batch', translate('DetailPanel', 'global batch'),
+                  translate('DetailPanel', '{seqs:,} seq = {tokens:,.2f}M tokens').format(
+                      seqs=g.global_batch_samples, tokens=g.global_batch_tokens / 1e6))
         if g.critical_batch_tokens is not None:
-            self._row(s, 'g.critical', _tr('critical batch'),
-                      f'{g.critical_batch_tokens / 1e6:,.2f}M tokens',
-                      _tr('B_crit ≈ B_noise (McCandlish et al. 2018): {src}').format(
-                          src=g.critical_batch_source))
+            self._row(s, 'g.critical', translate('DetailPanel', 'critical batch'),
+                      translate('DetailPanel', '{tokens:,.2f}M tokens').format(
+                          tokens=g.critical_batch_tokens / 1e6),
+                      translate('DetailPanel', 'B_crit ≈ B_noise (McCandlish et al. 2018): '
+                                '{src}').format(src=core_text(g.critical_batch_source)))
         if g.steps_factor is not None:
-            self._row(s, 'g.steps_factor', _tr('steps vs minimum'), f'{g.steps_factor:.2f}×',
-                      _tr('S(B)/S_min = 1 + B_noise/B'))
-            self._row(s, 'g.data_factor', _tr('data vs minimum'), f'{g.data_factor:.2f}×',
-                      _tr('E(B)/E_min = 1 + B/B_noise'))
+            self._row(s, 'g.steps_factor', translate('DetailPanel', 'steps vs minimum'),
+                      f'{g.steps_factor:.2f}×', translate('DetailPanel',
+                                                          'S(B)/S_min = 1 + B_noise/B'))
+            self._row(s, 'g.data_factor', translate('DetailPanel', 'data vs minimum'),
+                      f'{g.data_factor:.2f}×', translate('DetailPanel',
+                                                         'E(B)/E_min = 1 + B/B_noise'))
         if g.learning_rates is not None:
             r = g.learning_rates
-            self._row(s, 'g.lr', _tr('learning rate'), f'{r.recommended:.3g}',
-                      _tr('{rule}; linear {lin:.3g}, square-root {sq:.3g}').format(
-                          rule=r.rule, lin=r.linear, sq=r.square_root))
+            self._row(s, 'g.lr', translate('DetailPanel', 'learning rate'), f'{r.recommended:.3g}',
+                      translate('DetailPanel', '{rule}; linear {lin:.3g}, square-root '
+                                '{sq:.3g}').format(rule=core_text(r.rule), lin=r.linear,
+                                                   sq=r.square_root))
         elif g.deepseek_lr is not None:
-            self._row(s, 'g.lr', _tr('learning rate (DeepSeek law)'), f'{g.deepseek_lr:.3g}',
-                      _tr('eta_opt = 0.3118 · C^-0.125 (DeepSeek LLM 2024)'))
+            self._row(s, 'g.lr', translate('DetailPanel', 'learning rate (DeepSeek law)'),
+                      f'{g.deepseek_lr:.3g}',
+                      translate('DetailPanel', 'eta_opt = 0.3118 · C^-0.125 (DeepSeek LLM 2024)'))
         if g.warmup_steps is not None:
-            self._row(s, 'g.warmup', _tr('warmup'), f'{g.warmup_steps:,} steps', g.warmup_note)
+            self._row(s, 'g.warmup', translate('DetailPanel', 'warmup'),
+                      translate('DetailPanel', '{steps:,} steps').format(steps=g.warmup_steps),
+                      core_text(g.warmup_note))
         for i, note in enumerate(g.notes):
-            self._row(s, f'g.note{i}', _tr('note'), note, note)
+            text = core_text(note)
+            self._row(s, f'g.note{i}', translate('DetailPanel', 'note'), text, text)
         if g.warnings:
-            s = self._section(_tr('Warnings'))
-            for i, text in enumerate(g.warnings):
+            s = self._section(translate('DetailPanel', 'Warnings'))
+            texts = [core_text(w) for w in g.warnings]
+            for i, text in enumerate(texts):
                 item = QTreeWidgetItem([text, ''])
                 item.setFirstColumnSpanned(True)
                 item.setSizeHint(0, item.sizeHint(0))
@@ -222,7 +288,7 @@ class DetailPanel(QTreeWidget):
                 item.setForeground(0, QBrush(QColor('#c62828')))
                 s.addChild(item)
                 self.values[f'warning{i}'] = text
-            self.warnings_label.setText('\n'.join(f'⚠ {w}' for w in g.warnings))
+            self.warnings_label.setText('\n'.join(f'⚠ {w}' for w in texts))
 
 
 if __name__ == '__main__':

@@ -1,7 +1,9 @@
 """The selected plan as launcher commands and configs: one tab per ``planner.export`` format.
 
 Each tab shows the text (comments and flags highlighted), the caveats the exporter
-notes, and Copy / Save buttons. A format that refuses the plan says why in its tab.
+notes, and Copy / Save buttons. A format that refuses the plan says why in its tab. The
+exporters' summaries are translated (:mod:`ui.core_terms`); their notes and refusals are
+the core's English messages, and the exported text itself is never translated.
 ``planner.export`` and ``planner.plan_file`` are imported lazily:
 :func:`export_available` tells the window whether to offer the dialog at all.
 """
@@ -12,7 +14,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QCoreApplication, QRegularExpression
+from PySide6.QtCore import QRegularExpression
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -35,13 +37,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ui.core_terms import core_text
+from ui.i18n import translate
+
 if TYPE_CHECKING:
     from planner.plan_result import Candidate
     from ui.plan_compute import PlanOutcome
 
-
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('ExportDialog', text)
 
 
 def export_available() -> tuple[bool, str]:
@@ -50,7 +52,8 @@ def export_available() -> tuple[bool, str]:
         from planner.export import EXPORTERS, export_plan  # noqa: F401
         from planner.plan_file import plan_file_from_search  # noqa: F401
     except ImportError as exc:  # another part of batchfit not installed or not finished
-        return False, _tr('launcher export is not available: {e}').format(e=exc)
+        return False, translate('ExportDialog', 'launcher export is not available: {e}').format(
+            e=exc)
     return True, ''
 
 
@@ -86,7 +89,8 @@ class ExportDialog(QDialog):
         from planner.export import EXPORTERS, export_plan
         from planner.plan_file import GuidanceInputs, plan_file_from_search
 
-        self.setWindowTitle(_tr('Export plan #{rank} to a launcher').format(rank=c.rank))
+        self.setWindowTitle(translate('ExportDialog', 'Export plan #{rank} to a launcher').format(
+            rank=c.rank))
         self.resize(900, 650)
         layout = QVBoxLayout(self)
         self.tabs = QTabWidget()
@@ -107,16 +111,16 @@ class ExportDialog(QDialog):
         for name, exporter in EXPORTERS.items():
             page = QWidget()
             page_layout = QVBoxLayout(page)
-            summary = QLabel(exporter.summary)
+            summary = QLabel(core_text(exporter.summary))
             summary.setWordWrap(True)
             page_layout.addWidget(summary)
             try:
                 if plan is None:
-                    raise InputError('--format', _tr('no plan'))
+                    raise InputError('--format', translate('ExportDialog', 'no plan'))
                 result = export_plan(plan, name)
             except InputError as exc:
                 self.errors[name] = str(exc)
-                message = QLabel(_tr('Not exported: {e}').format(e=exc))
+                message = QLabel(translate('ExportDialog', 'Not exported: {e}').format(e=exc))
                 message.setWordWrap(True)
                 message.setStyleSheet('color: #c62828;')
                 page_layout.addWidget(message)
@@ -137,10 +141,10 @@ class ExportDialog(QDialog):
                 page_layout.addWidget(notes)
             row = QHBoxLayout()
             row.addStretch(1)
-            copy = QPushButton(_tr('Copy'))
+            copy = QPushButton(translate('ExportDialog', 'Copy'))
             copy.clicked.connect(lambda _=False, t=result.text: QGuiApplication.clipboard()
                                  .setText(t))
-            save = QPushButton(_tr('Save…'))
+            save = QPushButton(translate('ExportDialog', 'Save…'))
             save.clicked.connect(lambda _=False, r=result: self._save(r.text, r.filename))
             row.addWidget(copy)
             row.addWidget(save)
@@ -151,7 +155,7 @@ class ExportDialog(QDialog):
         layout.addWidget(buttons)
 
     def _save(self, text: str, filename: str) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, _tr('Save'), filename)
+        path, _ = QFileDialog.getSaveFileName(self, translate('ExportDialog', 'Save'), filename)
         if not path:
             return
         try:
@@ -159,7 +163,7 @@ class ExportDialog(QDialog):
             if re.search(r'\.(sh|bash)$', path):
                 Path(path).chmod(0o755)
         except OSError as exc:
-            QMessageBox.warning(self, _tr('Cannot save'), str(exc))
+            QMessageBox.warning(self, translate('ExportDialog', 'Cannot save'), str(exc))
 
 
 if __name__ == '__main__':

@@ -1,4 +1,8 @@
-"""Parsing typed numbers the way the CLI does, and marking a field red with its reason."""
+"""Parsing typed numbers the way the CLI does, and marking a field red with its reason.
+
+The reasons come from the CLI's own parsers (``planner.plan_cli``) and stay English, as
+the core's error messages do (ui/core_terms.py says why).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import math
 from PySide6.QtWidgets import QWidget
 
 from planner.plan_cli import count, positive_number
+from ui.i18n import translate
 
 ERROR_STYLE = 'border: 2px solid #c62828; background: #ffebee;'
 ERROR_PROPERTY = 'batchfit_error'
@@ -39,7 +44,8 @@ def parse_positive(flag: str, text: str, optional: bool = False) -> float | None
     except argparse.ArgumentTypeError as exc:
         raise FieldError(flag, str(exc)) from None
     if not math.isfinite(value):
-        raise FieldError(flag, f'{text!r} must be finite')
+        raise FieldError(flag, translate('FieldCheck', '{text} must be finite').format(
+            text=repr(text)))
     return value
 
 

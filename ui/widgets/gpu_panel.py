@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QCoreApplication, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QGridLayout,
     QLabel,
@@ -20,14 +20,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ui.core_terms import core_text
+from ui.i18n import translate
+
 if TYPE_CHECKING:
     from planner.hw import HardwareInventory
 
 GIB = 2**30
 
-
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('GpuPanel', text)
 
 
 class GpuPanel(QWidget):
@@ -39,15 +39,15 @@ class GpuPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         layout = QVBoxLayout(self)
-        self.status_label = QLabel(_tr('Reading the local GPUs…'))
+        self.status_label = QLabel(translate('GpuPanel', 'Reading the local GPUs…'))
         self.status_label.setObjectName('gpu_status')
         self.status_label.setWordWrap(True)
         layout.addWidget(self.status_label)
-        self.catalog_button = QPushButton(_tr('Plan with a catalog GPU instead'))
+        self.catalog_button = QPushButton(translate('GpuPanel', 'Plan with a catalog GPU instead'))
         self.catalog_button.clicked.connect(self.use_catalog)
         self.catalog_button.setVisible(False)
         layout.addWidget(self.catalog_button)
-        self.local_button = QPushButton(_tr('Plan for these GPUs'))
+        self.local_button = QPushButton(translate('GpuPanel', 'Plan for these GPUs'))
         self.local_button.clicked.connect(self.use_local)
         self.local_button.setVisible(False)
         layout.addWidget(self.local_button)
@@ -82,13 +82,15 @@ class GpuPanel(QWidget):
         self.catalog_button.setVisible(not has)
         self.local_button.setVisible(has)
         if not has:
-            self.status_label.setText(_tr('No NVIDIA GPU here ({status}): {message}').format(
-                status=inv.status, message=inv.message))
+            self.status_label.setText(
+                translate('GpuPanel', 'No NVIDIA GPU here ({status}): {message}').format(
+                    status=inv.status, message=core_text(inv.message)))
             self._ensure_rows(0)
             return
-        driver = f' · driver {inv.driver_version}' if inv.driver_version else ''
+        driver = translate('GpuPanel', ' · driver {version}').format(
+            version=inv.driver_version) if inv.driver_version else ''
         cuda = f' · CUDA {inv.cuda_driver_version}' if inv.cuda_driver_version else ''
-        self.status_label.setText(_tr('{n} GPU(s){driver}{cuda}').format(
+        self.status_label.setText(translate('GpuPanel', '{n} GPU(s){driver}{cuda}').format(
             n=len(inv.gpus), driver=driver, cuda=cuda))
         self._ensure_rows(len(inv.gpus))
         for g, name, bar, reading in zip(inv.gpus, self.names, self.bars, self.readings,
@@ -96,9 +98,9 @@ class GpuPanel(QWidget):
             catalog = f' → {g.catalog}' if g.catalog else ''
             name.setText(f'{g.index}: {g.name or "?"}{catalog}')
             if g.lost:
-                reading.setText(_tr('lost'))
+                reading.setText(translate('GpuPanel', 'lost'))
                 bar.setValue(0)
-                bar.setFormat(_tr('not answering'))
+                bar.setFormat(translate('GpuPanel', 'not answering'))
                 continue
             used, total = g.memory_used_bytes, g.memory_total_bytes
             if used is not None and total:
@@ -106,7 +108,7 @@ class GpuPanel(QWidget):
                 bar.setFormat(f'{used / GIB:,.1f} / {total / GIB:,.1f} GiB')
             else:
                 bar.setValue(0)
-                bar.setFormat(_tr('memory unknown'))
+                bar.setFormat(translate('GpuPanel', 'memory unknown'))
             parts = []
             if g.utilization_gpu_percent is not None:
                 parts.append(f'{g.utilization_gpu_percent}%')

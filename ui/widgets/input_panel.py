@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QCoreApplication, Qt, Signal
+from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -34,6 +34,8 @@ from PySide6.QtWidgets import (
 from planner.errors import InputError
 from planner.recipes import OPTIMIZERS, RECIPES
 from planner.step_time import RECOMPUTE_MODES
+from ui.core_terms import core_text
+from ui.i18n import translate
 from ui.plan_inputs import PlanInputs
 from ui.widgets.field_check import (
     FieldError,
@@ -47,41 +49,55 @@ from ui.widgets.field_check import (
 if TYPE_CHECKING:
     from planner.hw import HardwareInventory
 
+# Field tooltips, translated when shown (InputPanel._add_row).
 TIPS = {
-    'model': 'A preset (type to search: llama-3.1-8b, qwen2.5-7b...), a size such as 7B '
-             '(a Llama-style shape), or a Hugging Face config.json (Browse, or drop it on '
-             'the window).',
-    'seq_len': 'Tokens per training sequence.',
-    'batch': 'Target global batch per optimizer step = micro-batch × accumulation × '
-             'data-parallel size. In sequences, or in tokens (must be a multiple of the '
-             'sequence length). Suffixes: k, M, B, T.',
-    'length': 'How much data the run sees: a token budget (e.g. 1T) or a data set of N '
-              'sequences × epochs. Sets the number of steps and so time-to-train.',
-    'gpu': 'The accelerator: this machine\'s GPUs first (when NVML finds them), then the '
-           'catalog (memory, peak FLOP/s, bandwidths, price).',
-    'nodes': 'Nodes available; the plan may use fewer.',
-    'gpus_per_node': 'GPUs in each node; tensor parallelism stays inside a node.',
-    'inter_node': 'Network between nodes (InfiniBand, RoCE, EFA...). Default: by GPU '
-                  'family (NDR for Hopper).',
-    'precision': 'Precision recipe: amp-bf16 = fp32 master weights with bf16 autocast; '
-                 'bf16-mixed keeps bf16 weights with an fp32 master copy; fp8 ...',
-    'optimizer': 'Optimizer: its states per parameter (AdamW 2 × fp32, 8-bit AdamW 2 × '
-                 '1 byte, SGD-momentum 1, Adafactor factored).',
-    'zero': 'ZeRO stages to try: 0 plain data parallel; 1 shards optimizer states; 2 also '
-            'gradients; 3 (FSDP) also weights.',
-    'recompute': 'Activation recompute to try: none keeps every activation; selective '
-                 'recomputes attention; full recomputes whole layers (≈ +33 % compute).',
-    'margin': 'GPU memory kept free for fragmentation spikes and what the model misses.',
-    'price': 'USD per GPU-hour; blank for the catalog\'s indicative price.',
-    'base_lr': 'A learning rate known to work at the base batch (for LR scaling rules).',
-    'base_batch': 'The global batch (sequences) the base LR was tuned at.',
-    'b_noise': 'Measured gradient noise scale B_noise in tokens (≈ the critical batch, '
-               'McCandlish et al. 2018); blank: the DeepSeek scaling law stands in.',
+    'model': QT_TRANSLATE_NOOP(
+        'InputPanel', 'A preset (type to search: llama-3.1-8b, qwen2.5-7b...), a size such as '
+        '7B (a Llama-style shape), or a Hugging Face config.json (Browse, or drop it on the '
+        'window).'),
+    'seq_len': QT_TRANSLATE_NOOP('InputPanel', 'Tokens per training sequence.'),
+    'batch': QT_TRANSLATE_NOOP(
+        'InputPanel', 'Target global batch per optimizer step = micro-batch × accumulation × '
+        'data-parallel size. In sequences, or in tokens (must be a multiple of the sequence '
+        'length). Suffixes: k, M, B, T.'),
+    'length': QT_TRANSLATE_NOOP(
+        'InputPanel', 'How much data the run sees: a token budget (e.g. 1T) or a data set of N '
+        'sequences × epochs. Sets the number of steps and so time-to-train.'),
+    'gpu': QT_TRANSLATE_NOOP(
+        'InputPanel', "The accelerator: this machine's GPUs first (when NVML finds them), then "
+        'the catalog (memory, peak FLOP/s, bandwidths, price).'),
+    'nodes': QT_TRANSLATE_NOOP('InputPanel', 'Nodes available; the plan may use fewer.'),
+    'gpus_per_node': QT_TRANSLATE_NOOP(
+        'InputPanel', 'GPUs in each node; tensor parallelism stays inside a node.'),
+    'inter_node': QT_TRANSLATE_NOOP(
+        'InputPanel', 'Network between nodes (InfiniBand, RoCE, EFA...). Default: by GPU '
+        'family (NDR for Hopper).'),
+    'precision': QT_TRANSLATE_NOOP(
+        'InputPanel', 'Precision recipe: amp-bf16 = fp32 master weights with bf16 autocast; '
+        'bf16-mixed keeps bf16 weights with an fp32 master copy; fp8 ...'),
+    'optimizer': QT_TRANSLATE_NOOP(
+        'InputPanel', 'Optimizer: its states per parameter (AdamW 2 × fp32, 8-bit AdamW 2 × '
+        '1 byte, SGD-momentum 1, Adafactor factored).'),
+    'zero': QT_TRANSLATE_NOOP(
+        'InputPanel', 'ZeRO stages to try: 0 plain data parallel; 1 shards optimizer states; '
+        '2 also gradients; 3 (FSDP) also weights.'),
+    'recompute': QT_TRANSLATE_NOOP(
+        'InputPanel', 'Activation recompute to try: none keeps every activation; selective '
+        'recomputes attention; full recomputes whole layers (≈ +33 % compute).'),
+    'margin': QT_TRANSLATE_NOOP(
+        'InputPanel', 'GPU memory kept free for fragmentation spikes and what the model '
+        'misses.'),
+    'price': QT_TRANSLATE_NOOP(
+        'InputPanel', "USD per GPU-hour; blank for the catalog's indicative price."),
+    'base_lr': QT_TRANSLATE_NOOP(
+        'InputPanel', 'A learning rate known to work at the base batch (for LR scaling '
+        'rules).'),
+    'base_batch': QT_TRANSLATE_NOOP(
+        'InputPanel', 'The global batch (sequences) the base LR was tuned at.'),
+    'b_noise': QT_TRANSLATE_NOOP(
+        'InputPanel', 'Measured gradient noise scale B_noise in tokens (≈ the critical batch, '
+        'McCandlish et al. 2018); blank: the DeepSeek scaling law stands in.'),
 }
-
-
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('InputPanel', text)
 
 
 @lru_cache(maxsize=1)
@@ -106,15 +122,22 @@ def _links() -> tuple[tuple[str, str], ...]:
 
 
 @lru_cache(maxsize=64)
-def describe_model(text: str) -> str:
-    """'8.03 B parameters · 32 layers · hidden 4096' for a model text (raises InputError)."""
+def _resolve(text: str):
     from planner.model_source import resolve_model
 
-    spec = resolve_model(text)
+    return resolve_model(text)
+
+
+def describe_model(text: str) -> str:
+    """'8.03 B parameters · 32 layers · hidden 4096' for a model text (raises InputError)."""
+    spec = _resolve(text)
     params = spec.total_params()
-    extra = f' ({spec.active_params() / 1e9:.2f} B active)' if spec.moe else ''
-    return (f'{spec.name}: {params / 1e9:,.2f} B parameters{extra} · {spec.num_layers} '
-            f'layers · hidden {spec.hidden_size} · {spec.num_heads} heads')
+    extra = translate('InputPanel', ' ({active:.2f} B active)').format(
+        active=spec.active_params() / 1e9) if spec.moe else ''
+    return translate('InputPanel', '{name}: {params:,.2f} B parameters{extra} · {layers} layers'
+                     ' · hidden {hidden} · {heads} heads').format(
+        name=spec.name, params=params / 1e9, extra=extra, layers=spec.num_layers,
+        hidden=spec.hidden_size, heads=spec.num_heads)
 
 
 class InputPanel(QScrollArea):
@@ -133,10 +156,11 @@ class InputPanel(QScrollArea):
         self._local_count = 0
 
         # model
-        box, form = self._group(_tr('Model'))
+        box, form = self._group(translate('InputPanel', 'Model'))
         self.model_edit = QLineEdit()
         self.model_edit.setObjectName('model_edit')
-        self.model_edit.setPlaceholderText(_tr('preset, size (7B) or config.json'))
+        self.model_edit.setPlaceholderText(
+            translate('InputPanel', 'preset, size (7B) or config.json'))
         words = [key for key, _ in _presets()] + [name for _, name in _presets()]
         completer = QCompleter(sorted(set(words), key=str.lower), self.model_edit)
         completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
@@ -144,96 +168,114 @@ class InputPanel(QScrollArea):
         self.model_edit.setCompleter(completer)
         browse = QToolButton()
         browse.setText('…')
-        browse.setToolTip(_tr('Open a Hugging Face config.json'))
+        browse.setToolTip(translate('InputPanel', 'Open a Hugging Face config.json'))
         browse.clicked.connect(self._browse_config)
         row = QHBoxLayout()
         row.addWidget(self.model_edit, 1)
         row.addWidget(browse)
-        self._add_row(form, _tr('model'), row, self.model_edit, TIPS['model'])
+        self._add_row(form, translate('InputPanel', 'model'), row, self.model_edit,
+                      TIPS['model'])
         self.model_info = QLabel()
         self.model_info.setObjectName('model_info')
         self.model_info.setWordWrap(True)
         form.addRow(self.model_info)
-        self.seq_len_edit = self._line(form, _tr('sequence length'), 'seq_len', TIPS['seq_len'])
+        self.seq_len_edit = self._line(form, translate('InputPanel', 'sequence length'),
+                                       'seq_len', TIPS['seq_len'])
         layout.addWidget(box)
 
         # batch and length
-        box, form = self._group(_tr('Batch and training length'))
+        box, form = self._group(translate('InputPanel', 'Batch and training length'))
         self.batch_edit = QLineEdit()
         self.batch_edit.setObjectName('batch_edit')
         self.batch_unit_combo = QComboBox()
-        self.batch_unit_combo.addItem(_tr('sequences'), 'samples')
-        self.batch_unit_combo.addItem(_tr('tokens'), 'tokens')
+        self.batch_unit_combo.addItem(translate('InputPanel', 'sequences'), 'samples')
+        self.batch_unit_combo.addItem(translate('InputPanel', 'tokens'), 'tokens')
         row = QHBoxLayout()
         row.addWidget(self.batch_edit, 1)
         row.addWidget(self.batch_unit_combo)
-        self._add_row(form, _tr('global batch'), row, self.batch_edit, TIPS['batch'])
+        self._add_row(form, translate('InputPanel', 'global batch'), row, self.batch_edit,
+                      TIPS['batch'])
         self.batch_info = QLabel()
         self.batch_info.setWordWrap(True)
         form.addRow(self.batch_info)
         self.length_kind_combo = QComboBox()
-        self.length_kind_combo.addItem(_tr('token budget'), 'tokens')
-        self.length_kind_combo.addItem(_tr('data set × epochs'), 'samples')
-        self._add_row(form, _tr('training length'), self.length_kind_combo,
+        self.length_kind_combo.addItem(translate('InputPanel', 'token budget'), 'tokens')
+        self.length_kind_combo.addItem(translate('InputPanel', 'data set × epochs'), 'samples')
+        self._add_row(form, translate('InputPanel', 'training length'), self.length_kind_combo,
                       self.length_kind_combo, TIPS['length'])
-        self.tokens_edit = self._line(form, _tr('tokens'), 'tokens', TIPS['length'])
-        self.samples_edit = self._line(form, _tr('sequences in data set'), 'samples',
-                                       TIPS['length'])
-        self.epochs_edit = self._line(form, _tr('epochs'), 'epochs', TIPS['length'])
+        self.tokens_edit = self._line(form, translate('InputPanel', 'tokens'), 'tokens',
+                                      TIPS['length'])
+        self.samples_edit = self._line(form, translate('InputPanel', 'sequences in data set'),
+                                       'samples', TIPS['length'])
+        self.epochs_edit = self._line(form, translate('InputPanel', 'epochs'), 'epochs',
+                                      TIPS['length'])
         self._length_form = form
         layout.addWidget(box)
 
         # hardware
-        box, form = self._group(_tr('Hardware'))
+        box, form = self._group(translate('InputPanel', 'Hardware'))
         self.gpu_combo = QComboBox()
         self.gpu_combo.setObjectName('gpu_combo')
         self.gpu_combo.setMaxVisibleItems(20)
-        self._add_row(form, _tr('GPU'), self.gpu_combo, self.gpu_combo, TIPS['gpu'])
+        self._add_row(form, translate('InputPanel', 'GPU'), self.gpu_combo, self.gpu_combo,
+                      TIPS['gpu'])
         self.nodes_spin = QSpinBox()
         self.nodes_spin.setRange(1, 100_000)
-        self._add_row(form, _tr('nodes'), self.nodes_spin, self.nodes_spin, TIPS['nodes'])
+        self._add_row(form, translate('InputPanel', 'nodes'), self.nodes_spin, self.nodes_spin,
+                      TIPS['nodes'])
         self.gpus_per_node_spin = QSpinBox()
         self.gpus_per_node_spin.setRange(1, 256)
-        self._add_row(form, _tr('GPUs per node'), self.gpus_per_node_spin,
+        self._add_row(form, translate('InputPanel', 'GPUs per node'), self.gpus_per_node_spin,
                       self.gpus_per_node_spin, TIPS['gpus_per_node'])
         self.inter_node_combo = QComboBox()
-        self.inter_node_combo.addItem(_tr('default for the GPU family'), '')
+        self.inter_node_combo.addItem(translate('InputPanel', 'default for the GPU family'), '')
         for key, name in _links():
             self.inter_node_combo.addItem(f'{name} ({key})', key)
-        self._add_row(form, _tr('inter-node link'), self.inter_node_combo,
+        self._add_row(form, translate('InputPanel', 'inter-node link'), self.inter_node_combo,
                       self.inter_node_combo, TIPS['inter_node'])
         layout.addWidget(box)
         self._fill_gpu_combo()
 
-        # options
-        box, form = self._group(_tr('Options'))
+        # options: the keys are the CLI's values; their descriptions are item tooltips
+        box, form = self._group(translate('InputPanel', 'Options'))
         self.precision_combo = QComboBox()
-        for key in RECIPES:
+        for key, recipe in RECIPES.items():
             self.precision_combo.addItem(key, key)
-        self._add_row(form, _tr('precision'), self.precision_combo, self.precision_combo,
-                      TIPS['precision'])
+            self.precision_combo.setItemData(self.precision_combo.count() - 1,
+                                             core_text(recipe.description),
+                                             Qt.ItemDataRole.ToolTipRole)
+        self._add_row(form, translate('InputPanel', 'precision'), self.precision_combo,
+                      self.precision_combo, TIPS['precision'])
         self.optimizer_combo = QComboBox()
-        for key in OPTIMIZERS:
+        for key, kind in OPTIMIZERS.items():
             self.optimizer_combo.addItem(key, key)
-        self._add_row(form, _tr('optimizer'), self.optimizer_combo, self.optimizer_combo,
-                      TIPS['optimizer'])
+            self.optimizer_combo.setItemData(self.optimizer_combo.count() - 1,
+                                             core_text(kind.description),
+                                             Qt.ItemDataRole.ToolTipRole)
+        self._add_row(form, translate('InputPanel', 'optimizer'), self.optimizer_combo,
+                      self.optimizer_combo, TIPS['optimizer'])
         self.zero_boxes = {z: QCheckBox(str(z)) for z in (0, 1, 2, 3)}
-        self.zero_row = self._checks(form, _tr('ZeRO stages'), self.zero_boxes, TIPS['zero'])
-        self.recompute_boxes = {m: QCheckBox(m) for m in RECOMPUTE_MODES}
-        self.recompute_row = self._checks(form, _tr('recompute'), self.recompute_boxes,
-                                          TIPS['recompute'])
+        self.zero_row = self._checks(form, translate('InputPanel', 'ZeRO stages'),
+                                     self.zero_boxes, TIPS['zero'])
+        self.recompute_boxes = {m: QCheckBox(core_text(m)) for m in RECOMPUTE_MODES}
+        self.recompute_row = self._checks(form, translate('InputPanel', 'recompute'),
+                                          self.recompute_boxes, TIPS['recompute'])
         self.margin_spin = QDoubleSpinBox()
         self.margin_spin.setRange(0.0, 50.0)
         self.margin_spin.setDecimals(1)
         self.margin_spin.setSuffix(' %')
-        self._add_row(form, _tr('memory margin'), self.margin_spin, self.margin_spin,
-                      TIPS['margin'])
-        self.price_edit = self._line(form, _tr('price (USD/GPU-hour)'), 'price', TIPS['price'])
-        self.price_edit.setPlaceholderText(_tr('catalog price'))
-        self.base_lr_edit = self._line(form, _tr('base LR'), 'base_lr', TIPS['base_lr'])
-        self.base_batch_edit = self._line(form, _tr('base batch (sequences)'), 'base_batch',
-                                          TIPS['base_batch'])
-        self.b_noise_edit = self._line(form, _tr('B_noise (tokens)'), 'b_noise', TIPS['b_noise'])
+        self._add_row(form, translate('InputPanel', 'memory margin'), self.margin_spin,
+                      self.margin_spin, TIPS['margin'])
+        self.price_edit = self._line(form, translate('InputPanel', 'price (USD/GPU-hour)'),
+                                     'price', TIPS['price'])
+        self.price_edit.setPlaceholderText(translate('InputPanel', 'catalog price'))
+        self.base_lr_edit = self._line(form, translate('InputPanel', 'base LR'), 'base_lr',
+                                       TIPS['base_lr'])
+        self.base_batch_edit = self._line(form,
+                                          translate('InputPanel', 'base batch (sequences)'),
+                                          'base_batch', TIPS['base_batch'])
+        self.b_noise_edit = self._line(form, translate('InputPanel', 'B_noise (tokens)'),
+                                       'b_noise', TIPS['b_noise'])
         layout.addWidget(box)
 
         self.error_label = QLabel()
@@ -281,9 +323,10 @@ class InputPanel(QScrollArea):
     def _add_row(self, form: QFormLayout, label: str, field, tip_widget: QWidget,
                  tip: str) -> None:
         lab = QLabel(label)
-        lab.setToolTip(_tr(tip))
-        tip_widget.setToolTip(_tr(tip))
-        self._tips[tip_widget] = _tr(tip)
+        tip = translate('InputPanel', tip)  # a TIPS entry, marked with QT_TRANSLATE_NOOP
+        lab.setToolTip(tip)
+        tip_widget.setToolTip(tip)
+        self._tips[tip_widget] = tip
         form.addRow(lab, field)
 
     def _line(self, form: QFormLayout, label: str, name: str, tip: str) -> QLineEdit:
@@ -313,8 +356,9 @@ class InputPanel(QScrollArea):
             key = keys[0]
             if key is not None and all(k == key for k in keys):
                 self._local_count = len(keys)
-                self.gpu_combo.addItem(_tr('This machine: {n} × {name}').format(
-                    n=len(keys), name=', '.join(sorted(n for n in names if n))), key)
+                self.gpu_combo.addItem(
+                    translate('InputPanel', 'This machine: {n} × {name}').format(
+                        n=len(keys), name=', '.join(sorted(n for n in names if n))), key)
                 self.gpu_combo.setItemData(0, 'local', Qt.ItemDataRole.UserRole + 1)
                 self.gpu_combo.insertSeparator(1)
         for key, name in _gpus():
@@ -430,11 +474,11 @@ class InputPanel(QScrollArea):
         values['optimizer'] = self.optimizer_combo.currentData()
         zeros = tuple(z for z, box in self.zero_boxes.items() if box.isChecked())
         if not zeros:
-            errors['--zero'] = _tr('tick at least one ZeRO stage')
+            errors['--zero'] = translate('InputPanel', 'tick at least one ZeRO stage')
         values['zero_stages'] = zeros
         modes = tuple(m for m, box in self.recompute_boxes.items() if box.isChecked())
         if not modes:
-            errors['--recompute'] = _tr('tick at least one recompute mode')
+            errors['--recompute'] = translate('InputPanel', 'tick at least one recompute mode')
         values['recompute_modes'] = modes
         values['margin_percent'] = self.margin_spin.value()
         take('price_per_gpu_hour_usd',
@@ -449,8 +493,9 @@ class InputPanel(QScrollArea):
                                                     integer=False)))
         if ('base_lr' in values and 'base_batch_samples' in values
                 and (values['base_lr'] is None) != (values['base_batch_samples'] is None)):
-            errors['--base-batch' if values['base_lr'] is not None else '--base-lr'] = _tr(
-                'give the base LR and the base batch together')
+            lr_flag = '--base-batch' if values['base_lr'] is not None else '--base-lr'
+            errors[lr_flag] = translate('InputPanel',
+                                        'give the base LR and the base batch together')
         if errors:
             return None, errors
         return PlanInputs().with_changes(**values), {}
@@ -504,9 +549,10 @@ class InputPanel(QScrollArea):
             self.batch_info.setText('')
             return
         if self.batch_unit_combo.currentData() == 'tokens':
-            text = _tr('= {n:,.6g} sequences of {s:,.0f}').format(n=value / seq, s=seq)
+            text = translate('InputPanel', '= {n:,.6g} sequences of {s:,.0f}').format(
+                n=value / seq, s=seq)
         else:
-            text = _tr('= {t:,.0f} tokens').format(t=value * seq)
+            text = translate('InputPanel', '= {t:,.0f} tokens').format(t=value * seq)
         self.batch_info.setText(text)
 
     def _gpu_picked(self, index: int) -> None:
@@ -515,8 +561,9 @@ class InputPanel(QScrollArea):
             self.gpus_per_node_spin.setValue(self._local_count)
 
     def _browse_config(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, _tr('Open a Hugging Face config.json'), '',
-                                              _tr('config.json (*.json);;All files (*)'))
+        path, _ = QFileDialog.getOpenFileName(
+            self, translate('InputPanel', 'Open a Hugging Face config.json'), '',
+            translate('InputPanel', 'config.json (*.json);;All files (*)'))
         if path:
             self.model_edit.setText(path)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QCoreApplication, QItemSelectionModel, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -16,11 +16,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ui.i18n import translate
 from ui.models.candidate_table import CANDIDATE_ROLE, CandidateFilterProxy, CandidateTableModel
-
-
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('ResultsView', text)
 
 
 class ResultsView(QWidget):
@@ -37,20 +34,22 @@ class ResultsView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         bar = QHBoxLayout()
         self.filter_edit = QLineEdit()
-        self.filter_edit.setPlaceholderText(_tr('filter (e.g. "selective", "2/1/1")'))
+        self.filter_edit.setPlaceholderText(
+            translate('ResultsView', 'filter (e.g. "selective", "2/1/1")'))
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.textChanged.connect(self.proxy.setFilterFixedString)
         bar.addWidget(self.filter_edit, 2)
-        bar.addWidget(QLabel(_tr('min headroom')))
+        bar.addWidget(QLabel(translate('ResultsView', 'min headroom')))
         self.headroom_spin = QDoubleSpinBox()
         self.headroom_spin.setRange(0.0, 1000.0)
         self.headroom_spin.setSuffix(' GiB')
-        self.headroom_spin.setToolTip(_tr('Hide plans with less usable memory left at the peak'))
+        self.headroom_spin.setToolTip(
+            translate('ResultsView', 'Hide plans with less usable memory left at the peak'))
         self.headroom_spin.valueChanged.connect(self.proxy.set_min_headroom_gib)
         bar.addWidget(self.headroom_spin)
-        self.pareto_check = QCheckBox(_tr('Pareto front only'))
-        self.pareto_check.setToolTip(_tr('Only plans no other beats on both time-to-train and '
-                                         'GPU-hours'))
+        self.pareto_check = QCheckBox(translate('ResultsView', 'Pareto front only'))
+        self.pareto_check.setToolTip(translate(
+            'ResultsView', 'Only plans no other beats on both time-to-train and GPU-hours'))
         self.pareto_check.toggled.connect(self.proxy.set_pareto_only)
         bar.addWidget(self.pareto_check)
         self.summary = QLabel()
