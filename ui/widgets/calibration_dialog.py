@@ -7,7 +7,7 @@ torch: the user's training environment). Its profile is saved where
 
 from __future__ import annotations
 
-from PySide6.QtCore import QCoreApplication, Slot
+from PySide6.QtCore import Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -22,10 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from ui.controllers.calibration_controller import CalibrationController
-
-
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('CalibrationDialog', text)
+from ui.core_terms import core_text
+from ui.i18n import translate
 
 
 class CalibrationDialog(QDialog):
@@ -34,44 +32,47 @@ class CalibrationDialog(QDialog):
     def __init__(self, model_text: str, seq_len: int, gpu_uuids: tuple[str, ...] = (),
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle(_tr('Calibrate on this machine'))
+        self.setWindowTitle(translate('CalibrationDialog', 'Calibrate on this machine'))
         self.resize(560, 300)
         self.model_text, self.seq_len = model_text, seq_len
         self.controller = CalibrationController(self)
         layout = QVBoxLayout(self)
-        intro = QLabel(_tr('Times matmuls and a proxy training step of {m} (sequence {s}) in a '
-                           'separate process with torch, then saves a profile that plans use '
-                           'instead of the default efficiency curve.').format(m=model_text,
-                                                                              s=seq_len))
+        intro = QLabel(translate(
+            'CalibrationDialog', 'Times matmuls and a proxy training step of {m} (sequence {s}) '
+            'in a separate process with torch, then saves a profile that plans use instead of '
+            'the default efficiency curve.').format(m=model_text, s=seq_len))
         intro.setWordWrap(True)
         layout.addWidget(intro)
         form = QFormLayout()
         self.device_combo = QComboBox()
         for uuid in gpu_uuids:
-            self.device_combo.addItem(_tr('GPU {u}').format(u=uuid), ('cuda', uuid))
-        self.device_combo.addItem(_tr('CPU (a quick check, not a GPU profile)'), ('cpu', ''))
-        form.addRow(_tr('device'), self.device_combo)
+            self.device_combo.addItem(translate('CalibrationDialog', 'GPU {u}').format(u=uuid),
+                                      ('cuda', uuid))
+        self.device_combo.addItem(
+            translate('CalibrationDialog', 'CPU (a quick check, not a GPU profile)'), ('cpu', ''))
+        form.addRow(translate('CalibrationDialog', 'device'), self.device_combo)
         self.python_edit = QLineEdit()
-        self.python_edit.setPlaceholderText(_tr('this interpreter'))
-        self.python_edit.setToolTip(_tr('A Python with torch installed (your training '
-                                        'environment); blank: the one running batchfit.'))
-        form.addRow(_tr('Python with torch'), self.python_edit)
+        self.python_edit.setPlaceholderText(translate('CalibrationDialog', 'this interpreter'))
+        self.python_edit.setToolTip(translate(
+            'CalibrationDialog', 'A Python with torch installed (your training environment); '
+            'blank: the one running batchfit.'))
+        form.addRow(translate('CalibrationDialog', 'Python with torch'), self.python_edit)
         layout.addLayout(form)
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, 1000)
         layout.addWidget(self.progress_bar)
-        self.status_label = QLabel(_tr('Not started.'))
+        self.status_label = QLabel(translate('CalibrationDialog', 'Not started.'))
         self.status_label.setObjectName('calibration_status')
         self.status_label.setWordWrap(True)
         layout.addWidget(self.status_label)
         row = QHBoxLayout()
         row.addStretch(1)
-        self.start_button = QPushButton(_tr('Start'))
+        self.start_button = QPushButton(translate('CalibrationDialog', 'Start'))
         self.start_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton(_tr('Cancel run'))
+        self.cancel_button = QPushButton(translate('CalibrationDialog', 'Cancel run'))
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.controller.cancel)
-        close = QPushButton(_tr('Close'))
+        close = QPushButton(translate('CalibrationDialog', 'Close'))
         close.clicked.connect(self.close)
         for b in (self.start_button, self.cancel_button, close):
             row.addWidget(b)
@@ -97,11 +98,13 @@ class CalibrationDialog(QDialog):
         self.controller.start(self.options(**extra))
         self.start_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
-        self.status_label.setText(_tr('Starting…'))
+        self.status_label.setText(translate('CalibrationDialog', 'Starting…'))
 
     @Slot(float, str, str)
     def _progress(self, fraction: float, stage: str, message: str) -> None:
         self.progress_bar.setValue(round(1000 * fraction))
+        # stage and message come from the core (English; ui.core_terms translates them)
+        stage, message = core_text(stage), core_text(message)
         self.status_label.setText(f'{stage}: {message}' if message else stage)
 
     @Slot(str, str, object)
@@ -109,9 +112,9 @@ class CalibrationDialog(QDialog):
         self.result = (status, message, saved)
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
-        text = f'{status}: {message}'
+        text = f'{status}: {core_text(message)}'  # status is a code (ok, cancelled, oom...)
         if saved:
-            text += '\n' + _tr('Profile saved to {p}').format(p=saved)
+            text += '\n' + translate('CalibrationDialog', 'Profile saved to {p}').format(p=saved)
             self.progress_bar.setValue(1000)
         self.status_label.setText(text)
 
