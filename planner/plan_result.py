@@ -155,48 +155,77 @@ class SearchResult:
 
     def candidate(self, index: int, rank: int = 0) -> Candidate:
         """The fitting candidate at array ``index`` (not rank) as plain scalars."""
+        return self.candidates([index], [rank])[0]
+
+    def candidates(self, indices, ranks) -> list[Candidate]:
+        """The fitting candidates at array ``indices`` (not ranks) as plain scalars.
+
+        Every array is broadcast and indexed once for all of them (a table of 100 rows
+        costs about as much as one row).
+        """
+        idx = np.asarray(indices, dtype=np.intp).reshape(-1)
+        if not idx.size:
+            return []
         lay, st, tr, mem = self.layout, self.step, self.train, self.memory
         if lay is None or st is None or tr is None or mem is None:
             raise IndexError('the search found no candidates')
-        row = int(self.memory_rows[index])  # type: ignore[index]
+        rows = np.asarray(self.memory_rows)[idx]
         req = self.request
         capacity = req.gpu.memory_bytes
         usable = int(capacity * (1 - req.margin_fraction))
-        total = round(float(mem.total_bytes[row]))
+        shape, mem_shape = np.shape(st.step_time_s), mem.total_bytes.shape
 
-        def at(array) -> float:
-            return float(np.broadcast_to(array, np.shape(st.step_time_s))[index])
+        def at(array) -> list[float]:
+            return np.broadcast_to(array, shape)[idx].astype(float).tolist()
 
-        def mem_at(array) -> int:
-            return round(float(np.broadcast_to(array, mem.total_bytes.shape)[row]))
+        def ints(array) -> list[int]:
+            return np.broadcast_to(array, shape)[idx].astype(np.int64).tolist()
 
-        breakdown = {name: at(getattr(st, name)) for name in (
-            'compute_s', 'elementwise_s', 'bubble_s', 'tp_comm_s', 'cp_comm_s', 'pp_comm_s',
-            'dp_comm_s', 'optimizer_s', 'overhead_s')}
-        return Candidate(
-            rank=rank, nodes=int(lay.nodes[index]), gpus_per_node=int(lay.gpus_per_node[index]),
-            gpus=int(st.gpus[index]), tp=int(lay.tp[index]), pp=int(lay.pp[index]),
-            vpp=int(lay.vpp[index]), cp=int(lay.cp[index]), dp=int(lay.dp[index]),
-            micro_batch=int(lay.micro_batch[index]), grad_accum=int(lay.grad_accum[index]),
-            zero=int(lay.zero[index]), recompute=RECOMPUTE_MODES[int(lay.recompute[index])],
-            sequence_parallel=bool(lay.sequence_parallel[index]) and int(lay.tp[index]) > 1,
-            global_batch=int(lay.micro_batch[index] * lay.grad_accum[index] * lay.dp[index]),
-            memory=CandidateMemory(
-                components={k: mem_at(v) for k, v in mem.components.items()},
-                overhead={k: mem_at(v) for k, v in mem.overhead.items()},
-                phases={k: mem_at(v) for k, v in mem.phase_bytes.items()},
-                peak_phase=PHASES[int(mem.peak_phase[row])],
-                activations_per_layer_bytes=mem_at(mem.activations_per_layer_bytes),
-                tensor_peak_bytes=mem_at(mem.tensor_peak_bytes), total_bytes=total,
-                capacity_bytes=capacity, usable_bytes=usable, headroom_bytes=usable - total,
-                margin_fraction=req.margin_fraction),
-            step_time_s=at(st.step_time_s), step_breakdown_s=breakdown,
-            tokens_per_s=at(st.tokens_per_s), samples_per_s=at(st.samples_per_s),
-            mfu=at(st.mfu), hfu=at(st.hfu), efficiency=at(st.efficiency),
-            achieved_flops_per_gpu=at(st.achieved_flops_per_gpu), steps=at(tr.steps),
-            time_to_train_s=at(tr.time_to_train_s), time_per_epoch_s=at(tr.time_per_epoch_s),
-            gpu_hours=at(tr.gpu_hours), cost_usd=at(tr.cost_usd),
-            on_pareto=bool(np.isin(index, self.pareto)))
+        def mem_at(array) -> list[int]:
+            return np.round(np.broadcast_to(array, mem_shape)[rows].astype(float)
+                            ).astype(np.int64).tolist()
+
+        def columns(table) -> list[dict[str, int]]:
+            values = {k: mem_at(v) for k, v in table.items()}
+            return [{k: v[j] for k, v in values.items()} for j in range(len(idx))]
+
+        breakdown_names = ('compute_s', 'elementwise_s', 'bubble_s', 'tp_comm_s', 'cp_comm_s',
+                           'pp_comm_s', 'dp_comm_s', 'optimizer_s', 'overhead_s')
+        breakdown = {name: at(getattr(st, name)) for name in breakdown_names}
+        components, overhead = columns(mem.components), columns(mem.overhead)
+        phases = columns(mem.phase_bytes)
+        per_layer = mem_at(mem.activations_per_layer_bytes)
+        tensor_peak, total = mem_at(mem.tensor_peak_bytes), mem_at(mem.total_bytes)
+        peak_phase = np.asarray(mem.peak_phase)[rows].tolist()
+        nodes, per_node, gpus = ints(lay.nodes), ints(lay.gpus_per_node), ints(st.gpus)
+        tp, pp, vpp, cp, dp = (ints(lay.tp), ints(lay.pp), ints(lay.vpp), ints(lay.cp),
+                               ints(lay.dp))
+        micro, accum, zero = ints(lay.micro_batch), ints(lay.grad_accum), ints(lay.zero)
+        recompute, sp = ints(lay.recompute), ints(lay.sequence_parallel)
+        scalars = {name: at(getattr(st, name)) for name in (
+            'step_time_s', 'tokens_per_s', 'samples_per_s', 'mfu', 'hfu', 'efficiency',
+            'achieved_flops_per_gpu')}
+        scalars.update({name: at(getattr(tr, name)) for name in (
+            'steps', 'time_to_train_s', 'time_per_epoch_s', 'gpu_hours', 'cost_usd')})
+        on_pareto = np.isin(idx, self.pareto).tolist()
+        out = []
+        for j, rank in enumerate(ranks):
+            out.append(Candidate(
+                rank=int(rank), nodes=nodes[j], gpus_per_node=per_node[j], gpus=gpus[j],
+                tp=tp[j], pp=pp[j], vpp=vpp[j], cp=cp[j], dp=dp[j], micro_batch=micro[j],
+                grad_accum=accum[j], zero=zero[j], recompute=RECOMPUTE_MODES[recompute[j]],
+                sequence_parallel=bool(sp[j]) and tp[j] > 1,
+                global_batch=micro[j] * accum[j] * dp[j],
+                memory=CandidateMemory(
+                    components=components[j], overhead=overhead[j], phases=phases[j],
+                    peak_phase=PHASES[int(peak_phase[j])],
+                    activations_per_layer_bytes=per_layer[j], tensor_peak_bytes=tensor_peak[j],
+                    total_bytes=total[j], capacity_bytes=capacity, usable_bytes=usable,
+                    headroom_bytes=usable - total[j], margin_fraction=req.margin_fraction),
+                step_breakdown_s={name: breakdown[name][j] for name in breakdown_names},
+                on_pareto=bool(on_pareto[j]),
+                **{name: values[j] for name, values in scalars.items()}))
+        return out
 
     def top(self, k: int | None = None, distinct: bool = True) -> list[Candidate]:
         """The best ``k`` candidates (default: the request's ``top_k``) by the sort key.
@@ -208,29 +237,25 @@ class SearchResult:
         """
         k = self.request.top_k if k is None else k
         if not distinct:
-            return [self.candidate(int(i), rank + 1) for rank, i in enumerate(self.ranking[:k])]
+            chosen = self.ranking[:k]
+            return self.candidates(chosen, range(1, len(chosen) + 1))
         lay, st = self.layout, self.step
         if lay is None or st is None:
             return []
         bucket = time_bucket(st.step_time_s)
-        seen: set[tuple[int, ...]] = set()
-        out: list[Candidate] = []
-        for rank, i in enumerate(self.ranking[:max(50 * k, 1000)]):  # enough for k distinct
-            key = tuple(int(a[i]) for a in (st.gpus, lay.tp, lay.pp, lay.vpp, lay.zero,
-                                            lay.recompute, bucket))
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(self.candidate(int(i), rank + 1))
-            if len(out) == k:
-                break
-        return out
+        head = self.ranking[:max(50 * k, 1000)]  # enough for k distinct
+        keys = np.stack([np.broadcast_to(a, np.shape(st.step_time_s))[head] for a in (
+            st.gpus, lay.tp, lay.pp, lay.vpp, lay.zero, lay.recompute, bucket)], axis=1)
+        # the first (best-ranked) row of each distinct key, in rank order
+        _, first = np.unique(keys, axis=0, return_index=True)
+        ranks = np.sort(first)[:k]
+        return self.candidates(head[ranks], ranks + 1)
 
     def pareto_front(self) -> list[Candidate]:
         """Candidates no other beats on both time-to-train and GPU-hours, fastest first."""
         rank_of = np.empty(len(self.ranking), int)
         rank_of[self.ranking] = np.arange(1, len(self.ranking) + 1)
-        return [self.candidate(int(i), int(rank_of[i])) for i in self.pareto]
+        return self.candidates(self.pareto, rank_of[self.pareto])
 
     @property
     def best(self) -> Candidate | None:

@@ -16,14 +16,15 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import MISSING, dataclass, fields
-from functools import cache
+from functools import cache, lru_cache
+from pathlib import Path
 from typing import Any
 
 from planner.errors import InputError
 from planner.model_spec import ModelSpec, MoESpec
 from planner.resources import resource_path
 from planner.toml_compat import tomllib
-from planner.user_config import load_user_toml
+from planner.user_config import parse_user_toml, read_user_toml_text, user_toml_path
 
 PRESET_FILE = 'models.toml'
 MODEL_ALLOWED = ('a preset id, alias, name or Hugging Face id; a size such as 7B; '
@@ -100,7 +101,7 @@ def find_preset(text: str) -> ModelSpec:
 
 
 def _find_key(text: str, catalog: dict[str, _Preset]) -> str:
-    index = _index(catalog)
+    index = _index_for(catalog)
     wanted = normalize(text)
     if wanted in index:
         return index[wanted]
@@ -128,9 +129,28 @@ def _index(catalog: dict[str, _Preset]) -> dict[str, str]:
 
 
 def _catalog() -> dict[str, _Preset]:
+    """Built-in presets merged with the user's, rebuilt only when user.toml changes."""
+    return _catalog_for(read_user_toml_text(), str(user_toml_path()))
+
+
+def _index_for(catalog: dict[str, _Preset]) -> dict[str, str]:
+    """:func:`_index` of a catalog, cached alongside it."""
+    entry = _INDEXES.get(id(catalog))
+    if entry is None or entry[0] is not catalog:
+        entry = (catalog, _index(catalog))
+        _INDEXES.clear()  # only the current catalog's index is worth keeping
+        _INDEXES[id(catalog)] = entry
+    return entry[1]
+
+
+_INDEXES: dict[int, tuple[dict[str, _Preset], dict[str, str]]] = {}
+
+
+@lru_cache(maxsize=4)
+def _catalog_for(user_text: str, user_path: str) -> dict[str, _Preset]:
     tables = {key: dict(table) for key, table in _builtin_tables().items()}
     user_keys = set()
-    user_models = load_user_toml().get('models', {})
+    user_models = parse_user_toml(user_text, Path(user_path)).get('models', {})
     if not isinstance(user_models, dict):
         raise InputError('models', 'the user.toml entry must be a table of [models.<key>] tables')
     for key, table in user_models.items():

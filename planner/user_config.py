@@ -38,6 +38,24 @@ def user_toml_path() -> Path:
     return config_dir() / USER_TOML
 
 
+def read_user_toml_text(path: Path | None = None) -> str:
+    """The user TOML's text, or ``''`` when there is none.
+
+    Callers that derive something expensive from the file (the preset catalog) key
+    their cache on this text, so an edited file is seen at once.
+
+    Raises:
+        InputError: the file exists but cannot be read.
+    """
+    path = user_toml_path() if path is None else path
+    try:
+        return path.read_text(encoding='utf-8')
+    except FileNotFoundError:
+        return ''
+    except OSError as exc:
+        raise InputError(str(path), f'cannot read the user configuration: {exc.strerror}') from exc
+
+
 def load_user_toml(path: Path | None = None) -> dict[str, Any]:
     """The parsed user TOML, or ``{}`` when there is none.
 
@@ -45,12 +63,15 @@ def load_user_toml(path: Path | None = None) -> dict[str, Any]:
         InputError: the file exists but is not valid TOML.
     """
     path = user_toml_path() if path is None else path
-    try:
-        text = path.read_text(encoding='utf-8')
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise InputError(str(path), f'cannot read the user configuration: {exc.strerror}') from exc
+    return parse_user_toml(read_user_toml_text(path), path)
+
+
+def parse_user_toml(text: str, path: Path) -> dict[str, Any]:
+    """``text`` (the user TOML at ``path``) parsed; ``{}`` for an empty text.
+
+    Raises:
+        InputError: not valid TOML.
+    """
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
