@@ -9,12 +9,13 @@ on this machine's GPUs when NVML finds them, else one node of 8 H100.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, QCoreApplication, Qt, Slot
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QT_TRANSLATE_NOOP, QByteArray, Qt, Signal, Slot
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
@@ -35,8 +36,18 @@ from planner.errors import InputError
 from ui import settings as app_settings
 from ui.controllers.hardware_controller import HardwareController
 from ui.controllers.plan_controller import PlanController
+from ui.controllers.staged_update import StagedUpdate
+from ui.i18n import (
+    current_language,
+    language_choices,
+    resolve_language,
+    saved_language,
+    set_saved_language,
+    translate,
+)
 from ui.plan_compute import guidance_for, micro_batch_series
-from ui.plan_inputs import PlanInputs, read_session, write_session
+from ui.plan_document import matching_row, opened_plan, plan_for
+from ui.plan_inputs import PlanInputs
 from ui.plots.memory_plot import MemoryPlot
 from ui.plots.plot_export import export_png, export_svg
 from ui.plots.series_plot import MicroBatchPlot, time_vs_batch_plot, time_vs_gpus_plot
@@ -51,16 +62,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 DAY = 86_400.0
-SESSION_FILTER = 'batchfit session (*.batchfit.json *.json);;All files (*)'
+PLAN_FILTER = QT_TRANSLATE_NOOP('MainWindow', 'batchfit plan (*.json);;All files (*)')
 DOCS = Path(__file__).resolve().parent.parent / 'docs'
 
 
-def _tr(text: str) -> str:
-    return QCoreApplication.translate('MainWindow', text)
 
 
 class MainWindow(QMainWindow):
-    """The batchfit planner window."""
+    """The batchfit planner window.
+
+    Signals:
+        plan_shown(PlanOutcome): a plan is on screen: table, details and every plot.
+    """
+
+    plan_shown = Signal(object)
 
     def __init__(self, restore: bool = True, poll_hardware: bool = True,
                  debounce_ms: int | None = None) -> None:
@@ -72,6 +87,9 @@ class MainWindow(QMainWindow):
         self.controller = PlanController(self, **kwargs)
         self.hardware = HardwareController(self)
         self.outcome: PlanOutcome | None = None
+        self._stages = StagedUpdate(self)
+        self._guidance = None  # of the selected row
+        self._pending_choice = None  # the row an opened plan file chose
         self.path: str | None = None
         self._saved_inputs: PlanInputs = PlanInputs()
         self._touched = False  # the user changed the worked example or opened something
@@ -101,10 +119,11 @@ class MainWindow(QMainWindow):
         split.setSizes([330, 570])
         self.splitter = split
         self.setCentralWidget(split)
-        self.input_dock = self._dock(_tr('Inputs'), 'inputs_dock', self.inputs,
-                                     Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.gpu_dock = self._dock(_tr('Local GPUs'), 'gpus_dock', self.gpu_panel,
-                                   Qt.DockWidgetArea.LeftDockWidgetArea)
+        left, right = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
+        self.input_dock = self._dock(translate('MainWindow', 'Inputs'), 'inputs_dock',
+                                     self.inputs, left)
+        self.gpu_dock = self._dock(translate('MainWindow', 'Local GPUs'), 'gpus_dock',
+                                   self.gpu_panel, left)
         self.tabifyDockWidget(self.input_dock, self.gpu_dock)
         self.input_dock.raise_()
         detail_box = QWidget()
@@ -112,8 +131,8 @@ class MainWindow(QMainWindow):
         box_layout.setContentsMargins(0, 0, 0, 0)
         box_layout.addWidget(self.details, 1)
         box_layout.addWidget(self.details.warnings_label)
-        self.detail_dock = self._dock(_tr('Selected plan'), 'details_dock', detail_box,
-                                      Qt.DockWidgetArea.RightDockWidgetArea)
+        self.detail_dock = self._dock(translate('MainWindow', 'Selected plan'), 'details_dock',
+                                      detail_box, right)
         self.resizeDocks([self.input_dock, self.detail_dock], [350, 400],
                          Qt.Orientation.Horizontal)
 
@@ -130,6 +149,7 @@ class MainWindow(QMainWindow):
         # wiring
         self.inputs.changed.connect(self._inputs_changed)
         self.controller.outcome_ready.connect(self._show_outcome)
+        self._stages.finished.connect(self._shown)
         self.controller.sweep_ready.connect(self._show_sweep)
         self.controller.input_error.connect(self._show_input_error)
         self.controller.failed.connect(self._show_failure)
@@ -184,46 +204,71 @@ class MainWindow(QMainWindow):
         return action
 
     def _build_menus(self) -> None:
+        keys = QKeySequence.StandardKey
         bar = self.menuBar()
-        file = bar.addMenu(_tr('&File'))
-        self._action(file, _tr('&New'), self.new_session, QKeySequence.StandardKey.New)
-        self._action(file, _tr('&Open…'), self.open_dialog, QKeySequence.StandardKey.Open)
-        self.recent_menu = file.addMenu(_tr('Open &Recent'))
-        self._action(file, _tr('&Save'), self.save, QKeySequence.StandardKey.Save)
-        self._action(file, _tr('Save &As…'), self.save_as_dialog, QKeySequence.StandardKey.SaveAs)
+        file = bar.addMenu(translate('MainWindow', '&File'))
+        self._action(file, translate('MainWindow', '&New'), self.new_session, keys.New)
+        self._action(file, translate('MainWindow', '&Open plan…'), self.open_dialog, keys.Open)
+        self.recent_menu = file.addMenu(translate('MainWindow', 'Open &Recent'))
+        self._action(file, translate('MainWindow', '&Save plan'), self.save, keys.Save)
+        self._action(file, translate('MainWindow', 'Save plan &as…'), self.save_as_dialog,
+                     keys.SaveAs)
         file.addSeparator()
-        self._action(file, _tr('Export table as &CSV…'), self.export_table_dialog)
-        self.launcher_action = self._action(file, _tr('Export plan to a &launcher…'),
-                                            self.show_export_dialog)
+        self._action(file, translate('MainWindow', 'Export table as &CSV…'),
+                     self.export_table_dialog)
+        self.launcher_action = self._action(
+            file, translate('MainWindow', 'Export plan to a &launcher…'), self.show_export_dialog)
         from ui.widgets.export_dialog import export_available
 
         self._export_ok, reason = export_available()
         self.launcher_action.setEnabled(self._export_ok)
-        self.launcher_action.setToolTip(reason or _tr('torchrun, accelerate, DeepSpeed, '
-                                                      'Megatron, Slurm… for the selected plan'))
+        self.launcher_action.setToolTip(reason or translate(
+            'MainWindow', 'torchrun, accelerate, DeepSpeed, Megatron, Slurm… for the selected '
+            'plan'))
         file.setToolTipsVisible(True)
         from ui.controllers.calibration_controller import calibration_available
 
         self._calibrate_ok, reason = calibration_available()
-        self.calibrate_action = self._action(file, _tr('&Calibrate on this machine…'),
-                                             self.show_calibration_dialog)
+        self.calibrate_action = self._action(
+            file, translate('MainWindow', '&Calibrate on this machine…'),
+            self.show_calibration_dialog)
         self.calibrate_action.setEnabled(self._calibrate_ok)
-        self.calibrate_action.setToolTip(reason or _tr('Measure matmul and step efficiency '
-                                                       'in a separate torch process'))
-        plots = file.addMenu(_tr('Export &plot'))
-        names = {'memory': _tr('Memory'), 'time_vs_gpus': _tr('Time vs GPUs'),
-                 'time_vs_batch': _tr('Time vs global batch'),
-                 'micro_batch': _tr('Throughput and MFU vs micro-batch')}
+        self.calibrate_action.setToolTip(reason or translate(
+            'MainWindow', 'Measure matmul and step efficiency in a separate torch process'))
+        plots = file.addMenu(translate('MainWindow', 'Export &plot'))
+        names = {'memory': translate('MainWindow', 'Memory'),
+                 'time_vs_gpus': translate('MainWindow', 'Time vs GPUs'),
+                 'time_vs_batch': translate('MainWindow', 'Time vs global batch'),
+                 'micro_batch': translate('MainWindow', 'Throughput and MFU vs micro-batch')}
         for key, label in names.items():
             self._action(plots, label + '…', lambda _=False, k=key: self.export_plot_dialog(k))
         file.addSeparator()
-        self._action(file, _tr('&Quit'), self.close, QKeySequence.StandardKey.Quit)
-        view = bar.addMenu(_tr('&View'))
+        self._action(file, translate('MainWindow', '&Quit'), self.close, keys.Quit)
+        view = bar.addMenu(translate('MainWindow', '&View'))
         for dock in (self.input_dock, self.gpu_dock, self.detail_dock):
             view.addAction(dock.toggleViewAction())
-        help_menu = bar.addMenu(_tr('&Help'))
-        self._action(help_menu, _tr('How batchfit &estimates'), self.show_how_it_works)
-        self._action(help_menu, _tr('&About batchfit'), self.show_about)
+        view.addSeparator()
+        self.language_menu = view.addMenu(translate('MainWindow', '&Language'))
+        group = QActionGroup(self)
+        saved = saved_language()
+        for code, label in language_choices():
+            action = self.language_menu.addAction(label)
+            action.setCheckable(True)
+            action.setChecked(code == saved)
+            action.setData(code)
+            group.addAction(action)
+            action.triggered.connect(lambda _=False, c=code: self.choose_language(c))
+        help_menu = bar.addMenu(translate('MainWindow', '&Help'))
+        self._action(help_menu, translate('MainWindow', 'How batchfit &estimates'),
+                     self.show_how_it_works)
+        self._action(help_menu, translate('MainWindow', '&About batchfit'), self.show_about)
+
+    def choose_language(self, code: str) -> None:
+        """Remember the language ('' follows the system); it applies from the next start."""
+        set_saved_language(code)
+        if resolve_language() != current_language():
+            self.status.setText(translate(
+                'MainWindow', 'The language changes when batchfit starts again.'))
 
     # ---- inputs and results ----------------------------------------------------------
 
@@ -241,7 +286,8 @@ class MainWindow(QMainWindow):
         if inputs is not None:
             self.controller.request(inputs)
         else:
-            self.status.setText(_tr('Fix the field marked red to update the plan.'))
+            self.status.setText(translate('MainWindow',
+                                          'Fix the field marked red to update the plan.'))
 
     @Slot(object)
     def _show_input_error(self, exc: InputError) -> None:
@@ -250,22 +296,39 @@ class MainWindow(QMainWindow):
 
     @Slot(str)
     def _show_failure(self, message: str) -> None:
-        self.status.setText(_tr('Recompute failed: {m}').format(m=message))
+        self.status.setText(translate('MainWindow', 'Recompute failed: {m}').format(m=message))
 
     @Slot(object)
     def _show_outcome(self, outcome: PlanOutcome) -> None:
+        """A new plan: the table now, the plots on the following event-loop turns."""
         self.outcome = outcome
+        self._stages.start(lambda: self._show_table(outcome), [
+            lambda: self.gpus_plot.set_data(outcome.by_gpus.x, outcome.by_gpus.y / DAY),
+            lambda: self._set_batch_sweep(self.outcome)])  # the sweep may have come meanwhile
+
+    def _show_table(self, outcome: PlanOutcome) -> None:
         r = outcome.result
         self.inputs.show_errors({})
-        summary = _tr('{fit:,} of {grid:,} layouts fit · searched in {t:.2f} s').format(
-            fit=r.fitting, grid=r.grid_size, t=outcome.elapsed_s)
-        self.status.setText(summary if r.status == 'ok' else _tr('No plan: {m}').format(
-            m=r.message))
-        self.gpus_plot.set_data(outcome.by_gpus.x, outcome.by_gpus.y / DAY)
-        self._set_batch_sweep(outcome)
+        summary = translate('MainWindow', '{fit:,} of {grid:,} layouts fit · searched in '
+                                          '{t:.2f} s').format(fit=r.fitting, grid=r.grid_size,
+                                                              t=outcome.elapsed_s)
+        self.status.setText(summary if r.status == 'ok' else translate(
+            'MainWindow', 'No plan: {m}').format(m=r.message))
         self.results.set_candidates(outcome.candidates, summary)
+        choice, self._pending_choice = self._pending_choice, None
+        if choice is not None and outcome.inputs == self._saved_inputs:
+            row = matching_row(outcome.candidates, choice)  # the row the opened file chose
+            if row is not None:
+                self.results.select_row(self.results.proxy.mapFromSource(
+                    self.results.model.index(row, 0)).row())
         if not outcome.candidates:
-            self.details.show_message(_tr('No plan: {m}').format(m=r.message))
+            self.details.show_message(translate('MainWindow', 'No plan: {m}').format(
+                m=r.message))
+
+    @Slot()
+    def _shown(self) -> None:
+        if self.outcome is not None:
+            self.plan_shown.emit(self.outcome)
 
     def _set_batch_sweep(self, outcome: PlanOutcome) -> None:
         self.batch_plot.set_data(outcome.by_batch.x, outcome.by_batch.y / DAY)
@@ -283,28 +346,48 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _show_candidate(self, c: Candidate | None) -> None:
+        """A row was selected: details and plots follow, one step per event-loop turn."""
+        self._stages.then([lambda: self._show_candidate_details(c),
+                           lambda: self._show_candidate_plots(c)])
+
+    def _show_candidate_details(self, c: Candidate | None) -> None:
         o = self.outcome
         if c is None or o is None:
             self.memory_plot.set_memory(None)
-            self.gpus_plot.set_highlight(None, None)
-            self.batch_plot.set_highlight(None, None)
-            self.micro_plot.set_data([], [], [])
             return
         try:
             guidance = guidance_for(o, c)
         except InputError as exc:
             self.inputs.show_input_error(exc)
             guidance = None
+        self._guidance = guidance
         self.details.show_candidate(o.request, c, guidance)
         self.memory_plot.set_memory(c.memory)
+
+    def _show_candidate_plots(self, c: Candidate | None) -> None:
+        o = self.outcome
+        if c is None or o is None:
+            self.gpus_plot.set_highlight(None, None)
+            self.batch_plot.set_highlight(None, None)
+            self.micro_plot.set_data([], [], [])
+            return
         self.gpus_plot.set_highlight(c.gpus, c.time_to_train_s / DAY)
         self.batch_plot.set_highlight(c.global_batch * o.request.seq_len,
                                       c.time_to_train_s / DAY)
-        crit = None if guidance is None else guidance.critical_batch_tokens
+        crit = None if self._guidance is None else self._guidance.critical_batch_tokens
         self.batch_plot.set_marker(crit, '' if crit is None else
                                    f'B_crit ≈ {crit / 1e6:.3g}M')
         micro, tps, mfu = micro_batch_series(o.result, c)
         self.micro_plot.set_data(micro, tps, mfu, c.micro_batch)
+
+    @property
+    def updating(self) -> bool:
+        """Whether a recompute or its display is still in progress."""
+        return self.controller.busy or self._stages.pending
+
+    def finish_updates(self) -> None:
+        """Draw every waiting step of the current plan now (screenshots, saving, tests)."""
+        self._stages.flush()
 
     # ---- hardware --------------------------------------------------------------------
 
@@ -340,22 +423,34 @@ class MainWindow(QMainWindow):
         return current != self._saved_inputs
 
     def _update_title(self) -> None:
-        name = Path(self.path).name if self.path else _tr('worked example')
+        name = Path(self.path).name if self.path else translate('MainWindow', 'worked example')
         self.setWindowTitle(f'{name}[*] — batchfit')
         self.setWindowModified(self.dirty)
 
     def _read_saved(self, path: str, fallback: PlanInputs) -> PlanInputs:
         try:
-            return read_session(path)
+            return self.open_plan_file(path).inputs
         except InputError:
             return fallback
+
+    @staticmethod
+    def open_plan_file(path: str):
+        """The plan file at ``path`` as the window's inputs (:class:`OpenedPlan`).
+
+        Raises:
+            InputError: unreadable, not a plan file, or a model the window cannot name.
+        """
+        from planner.plan_file import read_plan
+
+        return opened_plan(read_plan(path))
 
     def confirm_discard(self) -> bool:
         """True when there is nothing unsaved, or the user saved or chose to discard it."""
         if not self.dirty:
             return True
         answer = QMessageBox.question(
-            self, _tr('Unsaved changes'), _tr('Save the changes to this plan first?'),
+            self, translate('MainWindow', 'Unsaved changes'),
+            translate('MainWindow', 'Save the changes to this plan first?'),
             QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
             | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Save)
         if answer == QMessageBox.StandardButton.Save:
@@ -372,28 +467,39 @@ class MainWindow(QMainWindow):
         self._update_title()
 
     def open_dialog(self) -> None:
-        """Ask for a session file and open it."""
+        """Ask for a plan file and open it."""
         if not self.confirm_discard():
             return
-        path, _ = QFileDialog.getOpenFileName(self, _tr('Open'), '', _tr(SESSION_FILTER))
+        path, _ = QFileDialog.getOpenFileName(self, translate('MainWindow', 'Open plan'), '',
+                                              translate('MainWindow', PLAN_FILTER))
         if path:
             self.open_path(path, confirm=False)
 
     def open_path(self, path: str, confirm: bool = True) -> bool:
-        """Open a session file; False (with a message) when it cannot be read."""
+        """Open a plan file (``batchfit.plan/1``, from here or ``batchfit plan --save``).
+
+        Its inputs go on screen; once the search is done, the row the file chose is
+        selected again. False (with a message) when it cannot be read.
+        """
         if confirm and not self.confirm_discard():
             return False
         try:
-            inputs = read_session(path)
+            opened = self.open_plan_file(path)
         except InputError as exc:
-            QMessageBox.warning(self, _tr('Cannot open'), str(exc))
+            QMessageBox.warning(self, translate('MainWindow', 'Cannot open'), str(exc))
             return False
         self.path = str(path)
-        self._saved_inputs = inputs
-        self.inputs.set_inputs(inputs)
+        self._saved_inputs = opened.inputs
+        self._pending_choice = opened.chosen
+        self.inputs.set_inputs(opened.inputs)
         self._touched = True
         self._refresh_recent(app_settings.add_recent_file(self.path))
         self._update_title()
+        if opened.notes:
+            self.status.setText(' · '.join(opened.notes))
+        current = self.current_inputs()
+        if current is not None:
+            self.controller.compute_now(current)
         return True
 
     def save(self) -> bool:
@@ -404,26 +510,45 @@ class MainWindow(QMainWindow):
 
     def save_as_dialog(self) -> bool:
         """Ask for a file name and save."""
-        path, _ = QFileDialog.getSaveFileName(self, _tr('Save as'), 'plan.batchfit.json',
-                                              _tr(SESSION_FILTER))
+        path, _ = QFileDialog.getSaveFileName(self, translate('MainWindow', 'Save plan as'),
+                                              'plan.json', translate('MainWindow', PLAN_FILTER))
         return bool(path) and self.save_to(path)
 
     def save_to(self, path: str) -> bool:
-        """Save the inputs on screen to ``path`` atomically."""
+        """Save the selected plan and the inputs on screen to ``path`` as a plan file.
+
+        The file is what ``batchfit plan --save`` writes (``batchfit export`` and
+        ``batchfit show`` read it), written atomically. When the results on screen are
+        not yet those of the inputs, the search runs here first.
+        """
+        from planner.plan_file import write_plan
+        from ui.plan_compute import compute_main
+
+        title = translate('MainWindow', 'Cannot save')
         inputs = self.current_inputs()
         if inputs is None:
-            QMessageBox.warning(self, _tr('Cannot save'),
-                                _tr('Fix the fields marked red first.'))
+            QMessageBox.warning(self, title, translate('MainWindow',
+                                                       'Fix the fields marked red first.'))
             return False
         try:
-            write_session(path, inputs)
-        except OSError as exc:
-            QMessageBox.warning(self, _tr('Cannot save'), str(exc))
+            outcome = self.outcome
+            chosen = self.results.selected_candidate()
+            if outcome is None or outcome.inputs != inputs:
+                outcome = compute_main(inputs)
+                chosen = None
+            if not outcome.candidates:
+                raise InputError('plan', translate(
+                    'MainWindow', 'no layout fits these inputs, so there is no plan to save '
+                    '(the inputs are kept for the next start)'))
+            write_plan(path, plan_for(outcome, chosen or outcome.candidates[0]))
+        except (InputError, OSError) as exc:
+            QMessageBox.warning(self, title, str(exc))
             return False
         self.path = str(path)
         self._saved_inputs = inputs
         self._refresh_recent(app_settings.add_recent_file(self.path))
         self._update_title()
+        self.status.setText(translate('MainWindow', 'Saved {path}').format(path=path))
         return True
 
     def _refresh_recent(self, files: list[str] | None = None) -> None:
@@ -445,13 +570,13 @@ class MainWindow(QMainWindow):
 
     def export_plot_dialog(self, key: str) -> None:
         """Ask for a file and export plot ``key``."""
-        path, _ = QFileDialog.getSaveFileName(self, _tr('Export plot'), f'{key}.png',
-                                              'PNG (*.png);;SVG (*.svg)')
+        path, _ = QFileDialog.getSaveFileName(self, translate('MainWindow', 'Export plot'),
+                                              f'{key}.png', 'PNG (*.png);;SVG (*.svg)')
         if path:
             try:
                 self.export_plot(key, path)
             except OSError as exc:
-                QMessageBox.warning(self, _tr('Cannot export'), str(exc))
+                QMessageBox.warning(self, translate('MainWindow', 'Cannot export'), str(exc))
 
     def export_table(self, path: str) -> None:
         """Write the visible table rows as CSV."""
@@ -459,13 +584,13 @@ class MainWindow(QMainWindow):
 
     def export_table_dialog(self) -> None:
         """Ask for a file and export the table."""
-        path, _ = QFileDialog.getSaveFileName(self, _tr('Export table'), 'plans.csv',
-                                              'CSV (*.csv)')
+        path, _ = QFileDialog.getSaveFileName(self, translate('MainWindow', 'Export table'),
+                                              'plans.csv', 'CSV (*.csv)')
         if path:
             try:
                 self.export_table(path)
             except OSError as exc:
-                QMessageBox.warning(self, _tr('Cannot export'), str(exc))
+                QMessageBox.warning(self, translate('MainWindow', 'Cannot export'), str(exc))
 
     def show_export_dialog(self):
         """The selected plan in every launcher format (None when unavailable)."""
@@ -503,14 +628,14 @@ class MainWindow(QMainWindow):
             if path.is_file():
                 parts.append(path.read_text(encoding='utf-8'))
         if not parts:
-            return _tr('# How batchfit estimates\n\nThe documentation is at '
+            return translate('MainWindow', '# How batchfit estimates\n\nThe documentation is at '
                        'https://github.com/batchfit/batchfit/tree/main/docs.')
         return '\n\n---\n\n'.join(parts)
 
     def show_how_it_works(self) -> None:
         """A browsable page of the memory and time models."""
         dialog = QDialog(self)
-        dialog.setWindowTitle(_tr('How batchfit estimates'))
+        dialog.setWindowTitle(translate('MainWindow', 'How batchfit estimates'))
         dialog.resize(900, 800)
         browser = QTextBrowser(dialog)
         browser.setOpenExternalLinks(True)
@@ -523,7 +648,7 @@ class MainWindow(QMainWindow):
         """Version and a line about the app."""
         from planner import __version__
 
-        QMessageBox.about(self, _tr('About batchfit'), _tr(
+        QMessageBox.about(self, translate('MainWindow', 'About batchfit'), translate('MainWindow',
             '<b>batchfit {v}</b><br>Capacity planner for distributed LLM training: what fits, '
             'which layout reaches the batch fastest, what it costs.').format(v=__version__))
 
@@ -543,18 +668,21 @@ class MainWindow(QMainWindow):
             event.acceptProposedAction()
 
     def drop_file(self, path: str) -> None:
-        """A dropped ``.json``: a session file opens; anything else is taken as a config.json."""
+        """A dropped ``.json``: a batchfit plan opens; anything else is taken as a config.json."""
         try:
-            read_session(path)
-        except InputError:
-            self.inputs.model_edit.setText(path)
-            self.input_dock.raise_()
+            doc = json.loads(Path(path).read_text(encoding='utf-8'))
+        except (OSError, UnicodeDecodeError, ValueError):
+            doc = None
+        if isinstance(doc, dict) and str(doc.get('schema', '')).startswith('batchfit.'):
+            self.open_path(path)  # a plan (or says in words why it is not one)
             return
-        self.open_path(path)
+        self.inputs.model_edit.setText(path)
+        self.input_dock.raise_()
 
     def shutdown(self, remember: bool = True) -> None:
         """Stop the workers and (unless ``remember`` is False) save window and session."""
         self.controller.shutdown()
+        self._stages.cancel()
         self.hardware.stop()
         from ui.controllers.calibration_controller import CalibrationController
 

@@ -5,17 +5,14 @@
 :class:`planner.plan_request.PlanRequest`; every bad value raises the core's
 :class:`~planner.errors.InputError`, whose ``field`` (``--seq-len``...) names the
 widget to mark red. :func:`inputs_to_dict` / :func:`inputs_from_dict` give the session
-file format (``batchfit.session/1``).
+state kept in QSettings between runs (``batchfit.session/1``); files the user saves are
+plan files (:mod:`ui.plan_document`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import InputError
@@ -136,7 +133,7 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
         price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k)
 
 
-# ---- session files ----------------------------------------------------------------------
+# ---- the window state kept between runs ----------------------------------------------
 
 def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
     """JSON-ready, with the schema."""
@@ -187,32 +184,3 @@ def _type_ok(key: str, default: Any, value: Any) -> bool:
     if key in _OPTIONAL or isinstance(default, float):
         return isinstance(value, (int, float))
     return isinstance(value, type(default))
-
-
-def write_session(path: str | os.PathLike[str], inputs: PlanInputs) -> None:
-    """Save atomically: a temporary file in the same folder, then ``os.replace``."""
-    target = Path(path)
-    text = json.dumps(inputs_to_dict(inputs), indent=2) + '\n'
-    fd, tmp = tempfile.mkstemp(prefix=f'.{target.name}.', dir=target.parent or '.')
-    try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def read_session(path: str | os.PathLike[str]) -> PlanInputs:
-    """The inputs saved in ``path``.
-
-    Raises:
-        InputError: unreadable, not JSON, or not a session.
-    """
-    try:
-        doc = json.loads(Path(path).read_text(encoding='utf-8'))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(str(path), f'cannot read: {exc}') from exc
-    return inputs_from_dict(doc, str(path))

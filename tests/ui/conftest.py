@@ -107,7 +107,7 @@ def window(qtbot):
     w = MainWindow(restore=False, poll_hardware=False, debounce_ms=10)
     qtbot.addWidget(w)
     w.show()
-    qtbot.waitUntil(lambda: w.outcome is not None, timeout=20_000)
+    qtbot.waitUntil(lambda: w.outcome is not None and not w.updating, timeout=20_000)
     yield w
     w._saved_inputs = w.inputs.read_inputs()[0]  # no save prompt
     w.shutdown()

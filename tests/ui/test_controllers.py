@@ -9,7 +9,7 @@ import pytest
 from ui.controllers.hardware_controller import HardwareController
 from ui.controllers.plan_controller import PlanController
 from ui.plan_compute import best_by_gpus, compute_plan, micro_batch_series
-from ui.plan_inputs import PlanInputs, inputs_from_dict, inputs_to_dict, write_session
+from ui.plan_inputs import PlanInputs, inputs_from_dict, inputs_to_dict
 from ui.plots.memory_plot import MemoryPlot
 
 
@@ -85,17 +85,11 @@ def test_compute_plan_series():
     assert np.all(tps > 0)
 
 
-def test_session_round_trip(tmp_path):
+def test_window_state_round_trip():
+    # the last inputs on screen, kept in QSettings between runs (files are plan files)
     inputs = PlanInputs(model='7B', batch_unit='tokens', batch_value=4_194_304,
                         zero_stages=(1, 3), b_noise_tokens=2e6)
     assert inputs_from_dict(inputs_to_dict(inputs)) == inputs
-    folder = tmp_path / 'out'
-    folder.mkdir()
-    write_session(folder / 's.json', inputs)
-    from ui.plan_inputs import read_session
-
-    assert read_session(folder / 's.json') == inputs
-    assert list(folder.iterdir()) == [folder / 's.json']  # no temporary left behind
 
 
 def test_repaint_canary(qtbot):

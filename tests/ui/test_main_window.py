@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from ui.main_window import MainWindow
 from ui.plan_compute import memory_estimate_for
-from ui.plan_inputs import PlanInputs, read_session
+from ui.plan_inputs import PlanInputs
 from ui.widgets.field_check import error_of
 
 GIB = 2**30
@@ -22,10 +22,10 @@ def _wait_for_plan(qtbot, w: MainWindow, check=None, timeout: int = 20_000):
     def ok(outcome) -> bool:
         return check is None or check(outcome)
 
-    latest = w.controller.latest
-    if latest is not None and check is not None and ok(latest):
+    latest = w.outcome
+    if latest is not None and check is not None and ok(latest) and not w.updating:
         return latest  # already shown (the signal fired before we started waiting)
-    with qtbot.waitSignal(w.controller.outcome_ready, timeout=timeout, check_params_cb=ok) as sig:
+    with qtbot.waitSignal(w.plan_shown, timeout=timeout, check_params_cb=ok) as sig:
         pass
     return sig.args[0]
 
@@ -67,6 +67,7 @@ def test_user_plans_a_preset_on_a_catalog_gpu(qtbot, window):
     table = window.results.table
     table.sortByColumn(7, Qt.SortOrder.AscendingOrder)
     window.results.select_row(1)
+    qtbot.waitUntil(lambda: not window.updating, timeout=5_000)  # details, then plots
     c = window.results.selected_candidate()
     assert c is not None
     assert c.global_batch == 512
@@ -176,18 +177,38 @@ def test_core_input_error_marks_its_field(qtbot, window):
     assert error_of(window.inputs.gpu_combo)
 
 
-def test_save_and_reopen(qtbot, window, tmp_path, monkeypatch):
+def _saved(path):
+    from planner.plan_file import read_plan
+
+    return read_plan(path)
+
+
+def test_save_and_reopen_a_plan_file(qtbot, window, tmp_path, monkeypatch):
     window.inputs.batch_edit.setText('2048')
     assert window.isWindowModified()
-    path = tmp_path / 'plan.batchfit.json'
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.batch_value == 2048)
+    window.results.select_row(2)  # not the best row: the file keeps the user's choice
+    chosen = window.results.selected_candidate()
+    path = tmp_path / 'plan.json'
     assert window.save_to(str(path))
     assert not window.isWindowModified()
-    assert read_session(path).batch_value == 2048
+    plan = _saved(path)  # the CLI's own plan file: `batchfit export` and `show` read it
+    assert plan.targets.global_batch == 2048
+    assert plan.model.ref == o.inputs.model
+    assert (plan.candidate.layout, plan.candidate.micro_batch, plan.candidate.zero) == (
+        chosen.layout, chosen.micro_batch, chosen.zero)
+    assert plan.candidate.micro_batch * plan.candidate.grad_accum * plan.candidate.dp == 2048
+
     window.new_session()
     assert window.inputs.read_inputs()[0] == PlanInputs()
     assert window.open_path(str(path))
     assert window.inputs.read_inputs()[0].batch_value == 2048
     assert window.recent_menu.actions()[0].text() == str(path)
+    _wait_for_plan(qtbot, window, lambda o: o.inputs.batch_value == 2048)
+    again = window.results.selected_candidate()  # the file's row is selected again
+    assert (again.layout, again.micro_batch, again.zero) == (chosen.layout, chosen.micro_batch,
+                                                             chosen.zero)
+    assert not window.isWindowModified()
 
     # unsaved changes are never dropped silently
     window.inputs.batch_edit.setText('4096')
@@ -200,8 +221,35 @@ def test_save_and_reopen(qtbot, window, tmp_path, monkeypatch):
     assert not window.close()
     monkeypatch.setattr(QMessageBox, 'question',
                         lambda *a, **k: QMessageBox.StandardButton.Save)
-    assert window.close()
-    assert read_session(path).batch_value == 4096
+    assert window.close()  # saving searches for the new inputs first when needed
+    assert _saved(path).targets.global_batch == 4096
+
+
+def test_a_cli_plan_file_opens(qtbot, window, tmp_path, capsys):
+    from tests.cli_helpers import run_cli
+
+    path = tmp_path / 'cli.json'
+    code, _out, err = run_cli(capsys, 'plan', '--model', 'qwen2.5-0.5b', '--seq-len', '2048',
+                              '--gpu', 'a100-80g-sxm', '--nodes', '2', '--global-batch', '256',
+                              '--tokens', '10B', '--framework', 'megatron', '--save', str(path))
+    assert code == 0, err
+    assert window.open_path(str(path))
+    inputs = window.inputs.read_inputs()[0]
+    assert (inputs.model, inputs.seq_len, inputs.gpu, inputs.nodes, inputs.batch_value) == (
+        'qwen2.5-0.5b', 2048, 'a100-80g-sxm', 2, 256)
+    assert inputs.length_tokens == 10e9
+    assert 'framework' in window.status.text()  # what the window plans differently is said
+
+
+def test_save_with_nothing_fitting_says_so(qtbot, window, tmp_path, monkeypatch):
+    window.inputs.model_edit.setText('405B')
+    window.inputs.nodes_spin.setValue(1)
+    _wait_for_plan(qtbot, window, lambda o: o.inputs.model == '405B')
+    warned = []
+    monkeypatch.setattr(QMessageBox, 'warning', lambda *a, **k: warned.append(a[2]))
+    assert not window.save_to(str(tmp_path / 'none.json'))
+    assert 'no layout fits' in warned[0]
+    assert not (tmp_path / 'none.json').exists()
 
 
 def test_last_session_and_window_state_restored(qtbot):
@@ -220,14 +268,21 @@ def test_last_session_and_window_state_restored(qtbot):
     w2.shutdown()
 
 
-def test_bad_session_file_is_refused(qtbot, window, tmp_path, monkeypatch):
+@pytest.mark.parametrize(('text', 'words'), [
+    ('{"schema": "batchfit.session/1", "inputs": {}}', 'schema'),
+    ('{"schema": "batchfit.plan/1", "model": ', 'not valid JSON'),
+    ('\x00\x01binary', 'plan'),
+])
+def test_bad_plan_file_is_refused(qtbot, window, tmp_path, monkeypatch, text, words):
     path = tmp_path / 'broken.json'
-    path.write_text('{"schema": "batchfit.session/1", "inputs": {"seq_len": "x"}}')
+    path.write_text(text)
+    before = path.read_bytes()
     warned = []
     monkeypatch.setattr(QMessageBox, 'warning', lambda *a, **k: warned.append(a[2]))
     assert not window.open_path(str(path))
-    assert 'seq_len' in warned[0]
+    assert words in warned[0]
     assert window.inputs.read_inputs()[0] == PlanInputs()
+    assert path.read_bytes() == before  # loading never writes
 
 
 def test_dropped_config_json_becomes_the_model(qtbot, window):

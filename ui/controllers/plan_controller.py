@@ -23,7 +23,10 @@ from ui.plan_compute import batch_sweep, compute_main
 from ui.plan_inputs import PlanInputs
 
 log = logging.getLogger(__name__)
-DEBOUNCE_MS = 150
+# Edits arriving within this interval become one recompute. Short, because a newer
+# request cancels the older run anyway (latest wins) and the wait counts in the
+# edit-to-update time the user sees.
+DEBOUNCE_MS = 10
 
 
 class _RunnableSignals(QObject):

@@ -1,0 +1,143 @@
+"""The window's document is a plan file (``batchfit.plan/1``, :mod:`planner.plan_file`).
+
+Saving writes the same file ``batchfit plan --save`` writes: the inputs on screen, the
+selected candidate with its estimates and guidance. Opening turns a plan file (made here
+or by the CLI) back into the window's :class:`~ui.plan_inputs.PlanInputs`, and names what
+the window cannot show (a CLI-only option) so nothing changes silently. Qt-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from planner.errors import InputError
+from ui.plan_inputs import PlanInputs
+
+if TYPE_CHECKING:
+    from planner.plan_file import ChosenCandidate, PlanFile
+    from planner.plan_result import Candidate
+    from ui.plan_compute import PlanOutcome
+
+# What ``batchfit plan`` can set but the window does not offer; the window plans with
+# these defaults, and says so when a file used another value.
+_WINDOW_DEFAULTS = {'attention': 'flash', 'framework': 'hf', 'loss': '', 'sort_by': 'time'}
+
+
+@dataclass(frozen=True)
+class OpenedPlan:
+    """A plan file as the window shows it.
+
+    Attributes:
+        inputs: the inputs to put on screen.
+        chosen: the candidate the file chose (to select it again after the search).
+        notes: what the window recomputes differently from the file, in words.
+    """
+
+    inputs: PlanInputs
+    chosen: ChosenCandidate
+    notes: tuple[str, ...]
+
+
+def plan_for(outcome: PlanOutcome, c: Candidate) -> PlanFile:
+    """The plan file for row ``c`` of ``outcome`` (as ``batchfit plan --save`` writes it).
+
+    Raises:
+        InputError: ``c`` is not one of the outcome's rows, or the search found no plan.
+    """
+    from planner.plan_file import GuidanceInputs, plan_file_from_search
+
+    index = next((i for i, x in enumerate(outcome.candidates) if x is c or x == c), None)
+    if index is None:
+        raise InputError('plan', 'the selected candidate is not in the current results')
+    inputs = outcome.inputs
+    guidance = GuidanceInputs(base_lr=inputs.base_lr,
+                              base_batch_samples=inputs.base_batch_samples,
+                              b_noise_tokens=inputs.b_noise_tokens)
+    return plan_file_from_search(outcome.request, outcome.result, index,
+                                 model_arg=inputs.model, guidance_inputs=guidance)
+
+
+def opened_plan(plan: PlanFile, models_dir: Path | None = None) -> OpenedPlan:
+    """The window's inputs for ``plan``.
+
+    A model given as a ``config.json`` that is no longer where it was is written from the
+    copy embedded in the plan to ``models_dir`` (default: the user data dir), so the
+    window can read it.
+
+    Raises:
+        InputError: the plan names its model only by shape (no preset, size or config).
+    """
+    m, cl, t, c, g = (plan.model, plan.cluster, plan.targets, plan.constraints,
+                      plan.guidance_inputs)
+    notes = []
+    if m.kind in ('preset', 'size'):
+        model = m.ref
+    elif m.kind == 'config':
+        model = m.ref if m.ref and Path(m.ref).is_file() else str(
+            _restore_config(m.config or {}, models_dir))
+        if model != m.ref:
+            notes.append(f'{m.ref} is gone; using the config.json saved in the plan ({model})')
+    else:
+        raise InputError('model', f'the plan gives only the shape of {m.spec.name}; the window '
+                                  'needs a preset, a size or a config.json', 'preset, size, config')
+    if t.global_batch is not None:
+        batch_value, batch_unit = t.global_batch, 'samples'
+    else:
+        batch_value, batch_unit = int(t.global_batch_tokens or 0), 'tokens'
+    defaults = PlanInputs()
+    if t.tokens is not None:
+        length = {'length_kind': 'tokens', 'length_tokens': float(t.tokens)}
+    elif t.samples is not None:
+        length = {'length_kind': 'samples', 'length_samples': int(t.samples),
+                  'length_epochs': float(t.epochs or 1.0)}
+    else:
+        length = {}
+    inputs = defaults.with_changes(
+        model=model, seq_len=t.seq_len, batch_value=batch_value, batch_unit=batch_unit,
+        gpu=cl.gpu, nodes=cl.max_nodes, gpus_per_node=cl.gpus_per_node,
+        inter_node=cl.inter_node or '', precision=c.precision, optimizer=c.optimizer,
+        zero_stages=tuple(c.zero_stages), recompute_modes=tuple(c.recompute_modes),
+        margin_percent=round(c.margin_fraction * 100.0, 6),
+        price_per_gpu_hour_usd=c.price_per_gpu_hour_usd, base_lr=g.base_lr,
+        base_batch_samples=g.base_batch_samples, b_noise_tokens=g.b_noise_tokens, **length)
+    for name, default in _WINDOW_DEFAULTS.items():
+        value = getattr(c, name)
+        if value not in (default, None):
+            notes.append(f'{name} {value!r} from the file is not offered here; the window '
+                         f'plans with {default or "the default"!r}')
+    for name in ('limits', 'step_options', 'overheads'):
+        if getattr(c, name):
+            notes.append(f'the file\'s {name.replace("_", " ")} are not applied here '
+                         '(`batchfit plan` keeps them)')
+    if g.base_warmup_steps is not None:
+        notes.append('the reference warmup steps are not shown here')
+    return OpenedPlan(inputs=inputs, chosen=plan.candidate, notes=tuple(notes))
+
+
+def matching_row(candidates, chosen: ChosenCandidate) -> int | None:
+    """Index of the row with ``chosen``'s layout, or None when the search no longer has it."""
+    keys = ('gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch', 'grad_accum', 'zero',
+            'recompute')
+    for i, c in enumerate(candidates):
+        if all(getattr(c, k) == getattr(chosen, k) for k in keys):
+            return i
+    return None
+
+
+def _restore_config(config: dict, models_dir: Path | None) -> Path:
+    """Write an embedded ``config.json`` once, under a name derived from its content."""
+    from planner.plan_file import write_text_atomic
+    from planner.user_config import data_dir
+
+    text = json.dumps(config, indent=2, sort_keys=True) + '\n'
+    folder = (models_dir or data_dir() / 'models')
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f'config-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json'
+    if not path.is_file():
+        write_text_atomic(path, text)
+    return path
+
