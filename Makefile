@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run example test lint bench clean
+.PHONY: run example test lint bench clean translations
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,13 @@ $(BENCH)/.installed: pyproject.toml
 
 bench: $(BENCH)/.installed
 	$(BENCH)/bin/python -m benchmarks.run_all
+
+# The desktop app's translations (docs/translations.md): pull every translate() and
+# QT_TRANSLATE_NOOP string of ui/ into the .ts files, then compile each to its .qm.
+TS_FILES := $(wildcard ui/translations/*.ts)
+translations: $(VENV)/.installed-run
+	$(BIN)/pyside6-lupdate -extensions py -locations none -no-obsolete ui -ts $(TS_FILES)
+	$(BIN)/pyside6-lrelease $(TS_FILES)
 
 clean:
 	rm -rf $(VENV) $(BENCH) build dist .pytest_cache .ruff_cache .hypothesis

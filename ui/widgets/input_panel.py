@@ -140,6 +140,14 @@ def describe_model(text: str) -> str:
         hidden=spec.hidden_size, heads=spec.num_heads)
 
 
+def _narrow(combo: QComboBox) -> None:
+    """Let a combo of long names (GPUs, networks) shrink with the dock; its popup still
+    shows them whole. Otherwise the longest name sets the panel's minimum width and the
+    scroll area cuts off the fields' right edge."""
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(12)
+
+
 class InputPanel(QScrollArea):
     """Every plan input, grouped; emits :attr:`changed` on each edit."""
 
@@ -188,8 +196,8 @@ class InputPanel(QScrollArea):
         self.batch_edit = QLineEdit()
         self.batch_edit.setObjectName('batch_edit')
         self.batch_unit_combo = QComboBox()
-        self.batch_unit_combo.addItem(translate('InputPanel', 'sequences'), 'samples')
-        self.batch_unit_combo.addItem(translate('InputPanel', 'tokens'), 'tokens')
+        self.batch_unit_combo.addItem(translate('InputPanel', 'sequences', 'unit'), 'samples')
+        self.batch_unit_combo.addItem(translate('InputPanel', 'tokens', 'unit'), 'tokens')
         row = QHBoxLayout()
         row.addWidget(self.batch_edit, 1)
         row.addWidget(self.batch_unit_combo)
@@ -217,6 +225,7 @@ class InputPanel(QScrollArea):
         self.gpu_combo = QComboBox()
         self.gpu_combo.setObjectName('gpu_combo')
         self.gpu_combo.setMaxVisibleItems(20)
+        _narrow(self.gpu_combo)
         self._add_row(form, translate('InputPanel', 'GPU'), self.gpu_combo, self.gpu_combo,
                       TIPS['gpu'])
         self.nodes_spin = QSpinBox()
@@ -228,6 +237,7 @@ class InputPanel(QScrollArea):
         self._add_row(form, translate('InputPanel', 'GPUs per node'), self.gpus_per_node_spin,
                       self.gpus_per_node_spin, TIPS['gpus_per_node'])
         self.inter_node_combo = QComboBox()
+        _narrow(self.inter_node_combo)
         self.inter_node_combo.addItem(translate('InputPanel', 'default for the GPU family'), '')
         for key, name in _links():
             self.inter_node_combo.addItem(f'{name} ({key})', key)
