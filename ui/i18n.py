@@ -67,9 +67,13 @@ def match_language(ui_languages: list[str]) -> str:
 
     ``QLocale.uiLanguages()`` gives names such as ``zh-Hans-CN``, ``zh-CN``, ``zh-SG``,
     ``zh-TW``, ``en-US``. Simplified Chinese (script Hans, or a region that writes it:
-    CN, SG, or plain ``zh``) maps to ``zh_CN``; Traditional Chinese (Hant, TW, HK, MO)
-    is not offered, so the next preference decides.
+    CN, SG, or plain ``zh``) maps to ``zh_CN``. Traditional Chinese (Hant, TW, HK, MO)
+    is not offered, so the next preference decides; Qt ends a zh_TW list with a bare
+    ``zh`` (``zh-Hant-TW, zh-TW, zh-Hant, zh``), which then stands for Traditional too
+    and is skipped: a Taiwanese desktop gets English, not Simplified, unless the user
+    also lists Simplified Chinese or picks it in the settings.
     """
+    traditional = False
     for name in ui_languages:
         parts = name.replace('_', '-').split('-')
         lang, rest = parts[0].lower(), {p.upper() for p in parts[1:]}
@@ -77,8 +81,10 @@ def match_language(ui_languages: list[str]) -> str:
             return ENGLISH
         if lang == 'zh':
             if rest & {'HANT', 'TW', 'HK', 'MO'}:
+                traditional = True
                 continue
-            return CHINESE
+            if rest or not traditional:
+                return CHINESE
     return ENGLISH
 
 

@@ -571,7 +571,7 @@
     </message>
     <message>
         <source>{gemm} at {tokens} tokens</source>
-        <translation>{gemm}，{tokens} token</translation>
+        <translation>{gemm}：{tokens} 个 token</translation>
     </message>
     <message>
         <source>{device}: starting</source>
