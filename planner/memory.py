@@ -143,25 +143,14 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     r, opt = RECIPES[opts.precision], OPTIMIZERS[opts.optimizer]
     b, s, t, c = cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp
     sp = np.asarray(cfg.sequence_parallel, bool)
-    pp, m = cfg.pp, cfg.grad_accum
+    pp = cfg.pp
     rc = cfg.recompute
-    h, a = model.hidden_size, model.num_heads
 
-    # PEFT LoRA changes what the Hugging Face modules save; Megatron's kernels are
-    # modelled for full training only.
     lora = opts.lora if opts.framework == 'hf' else None
-    modes = ('none', 'selective', 'full')
-    per_layer = [layer_terms(model, r, opts.attention, mode, opts.framework, lora)
-                 .bytes(b, s, t, c, sp, h, a) for mode in modes]
-    layer_act = np.choose(rc, np.broadcast_arrays(*per_layer))
-    layer_full = per_layer[0]
+    layer_act, layer_full = _layer_activations(model, r, opts, cfg)
     edge = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
-
     layers = np.ceil(model.num_layers / pp)
-    # 1F1B keeps min(m, p) micro-batches in flight on the first stage; interleaving adds
-    # (p-1)/(p·v) (Korthikanti et al. 2022, DOMAIN.md §5).
-    interleave = np.where(cfg.vpp > 1, 1 + (pp - 1) / (pp * cfg.vpp), 1.0)
-    inflight = np.where(pp > 1, np.minimum(m, pp) * interleave, 1.0)
+    inflight = _inflight(cfg)
 
     bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp, lora)
     fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c, r, lora)
@@ -294,6 +283,49 @@ def _lora_extras(model: ModelSpec, r, lora: LoraSpec, attention: str, cfg: Confi
                        recompute_tmp=np.asarray(np.where(rc == 2, widest(True), 0.0), float),
                        top_rebuilt=np.asarray(top_rebuilt, float),
                        bottom_rebuilt=np.asarray(bottom_rebuilt, float))
+
+
+def _layer_activations(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Saved activations of one layer: (under each row's recompute mode, without recompute)."""
+    # PEFT LoRA changes what the Hugging Face modules save; Megatron's kernels are
+    # modelled for full training only.
+    lora = opts.lora if opts.framework == 'hf' else None
+    sp = np.asarray(cfg.sequence_parallel, bool)
+    per_layer = [layer_terms(model, r, opts.attention, mode, opts.framework, lora)
+                 .bytes(cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp, sp, model.hidden_size,
+                        model.num_heads) for mode in ('none', 'selective', 'full')]
+    return np.choose(cfg.recompute, np.broadcast_arrays(*per_layer)), per_layer[0]
+
+
+def _inflight(cfg: ConfigArrays) -> np.ndarray:
+    """Micro-batches whose activations the first pipeline stage holds at once.
+
+    1F1B keeps min(m, p) in flight; interleaving adds (p-1)/(p·v) (Korthikanti et al.
+    2022, DOMAIN.md §5).
+    """
+    pp = cfg.pp
+    interleave = np.where(cfg.vpp > 1, 1 + (pp - 1) / (pp * cfg.vpp), 1.0)
+    return np.where(pp > 1, np.minimum(cfg.grad_accum, pp) * interleave, 1.0)
+
+
+def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) -> np.ndarray:
+    """A cheap lower bound of ``tensor_peak_bytes`` for every configuration.
+
+    The first pipeline stage's weights and optimizer states plus the layer activations it
+    holds at the end of forward: every term of that moment, which the peak can only
+    exceed. About a sixth of :func:`estimate_arrays`' cost; the plan search drops the
+    configurations whose floor alone is over the usable memory before estimating the rest.
+    """
+    r, opt = RECIPES[opts.precision], OPTIMIZERS[opts.optimizer]
+    params = stage_params(model, cfg.tp, cfg.pp, cfg.ep, 'first', opts.lora)
+    ms = model_state_bytes(model, r, opt, params=params, dp=cfg.dp, cp=cfg.cp, ep=cfg.ep,
+                           zero=cfg.zero, offload=cfg.offload, framework=opts.framework,
+                           foreach=opts.foreach, lora=opts.lora,
+                           prefetch_layers=opts.zero3_prefetch_layers)
+    layer_act, _ = _layer_activations(model, r, opts, cfg)
+    layers = np.ceil(model.num_layers / cfg.pp)
+    return ms.weights + ms.optimizer_states + layer_act * layers * _inflight(cfg)
 
 
 def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,

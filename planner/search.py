@@ -38,7 +38,7 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.activations import RECOMPUTE_CODES
-from planner.memory import ConfigArrays, MemoryOptions, estimate_arrays
+from planner.memory import ConfigArrays, MemoryOptions, estimate_arrays, tensor_peak_floor
 from planner.plan_request import SORT_KEYS, LayoutLimits, PlanRequest
 from planner.plan_result import (
     STATUS_NO_FACTORISATION,
@@ -284,20 +284,27 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
                              f'no layout on up to {req.max_nodes} x {req.gpus_per_node} GPUs '
                              f'factorises a global batch of {batch} exactly', 0, None, step)
 
-    memory = estimate_arrays(req.model, _memory_options(req), _config_arrays(req, grid),
-                             req.overheads)
+    grid_size = len(grid)
+    opts = _memory_options(req)
+    # Layouts whose weights, optimizer states and activations alone overflow cannot fit:
+    # dropped before the full estimate (half the grid on a typical request).
+    floor = tensor_peak_floor(req.model, opts, _config_arrays(req, grid))
+    candidates = grid.take(np.flatnonzero(floor <= usable))
+    memory = estimate_arrays(req.model, opts, _config_arrays(req, candidates), req.overheads)
     total = np.asarray(memory.total_bytes, float)
-    fits = total <= usable
+    rows = np.flatnonzero(total <= usable)
     step(0.6)
-    rows = np.flatnonzero(fits)
     if rows.size == 0:
+        # the smallest peak over the whole grid, for the message
+        total = np.asarray(estimate_arrays(req.model, opts, _config_arrays(req, grid),
+                                           req.overheads).total_bytes, float)
         return _without_plan(req, started, STATUS_NO_FIT,
                              f'none of the {len(grid):,} layouts for a global batch of {batch} '
                              f'fits in {usable / 2**30:.1f} GiB per GPU (smallest peak '
                              f'{total.min() / 2**30:.1f} GiB)', len(grid), float(total.min()),
                              step)
 
-    layout = grid.take(rows)
+    layout = candidates.take(rows)
     st = step_time_arrays(req.model, req.seq_len, req.gpu, req.inter_node, layout,
                           precision=req.precision, optimizer=req.optimizer,
                           attention=req.attention, framework=req.framework,
@@ -319,7 +326,8 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
     step(1.0)
     return SearchResult(
         request=req, status=STATUS_OK, message='', target_batch_samples=target,
-        nearest_global_batches=(None, None), grid_size=len(grid), fitting=int(rows.size),
+        nearest_global_batches=(None, None), grid_size=grid_size, fitting=int(rows.size),
+        # a dropped layout's peak exceeds every fitting one's: the grid's minimum is here
         min_total_bytes=float(total.min()), elapsed_s=time.perf_counter() - started,
         layout=layout, memory=memory, memory_rows=rows, step=st, train=tr, ranking=ranking,
         pareto=front)

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, QByteArray, Qt, Signal, Slot
+from PySide6.QtCore import QT_TRANSLATE_NOOP, QByteArray, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -84,7 +84,7 @@ class MainWindow(QMainWindow):
         self.resize(1500, 950)
         self.setAcceptDrops(True)
         kwargs = {} if debounce_ms is None else {'debounce_ms': debounce_ms}
-        self.controller = PlanController(self, **kwargs)
+        self.controller = PlanController(self, sweep_after_shown=True, **kwargs)
         self.hardware = HardwareController(self)
         self.outcome: PlanOutcome | None = None
         self._stages = StagedUpdate(self)
@@ -300,11 +300,18 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _show_outcome(self, outcome: PlanOutcome) -> None:
-        """A new plan: the table now, the plots on the following event-loop turns."""
+        """A new plan: table, details and memory now; the other plots on the next turns.
+
+        Each turn's repaint covers only what it changed, so the GUI thread never blocks
+        for the whole update at once.
+        """
         self.outcome = outcome
         self._stages.start(lambda: self._show_table(outcome), [
-            lambda: self.gpus_plot.set_data(outcome.by_gpus.x, outcome.by_gpus.y / DAY),
-            lambda: self._set_batch_sweep(self.outcome)])  # the sweep may have come meanwhile
+            lambda: self._show_series(outcome)])
+
+    def _show_series(self, outcome: PlanOutcome) -> None:
+        self.gpus_plot.set_data(outcome.by_gpus.x, outcome.by_gpus.y / DAY)
+        self._set_batch_sweep(self.outcome)  # the sweep may have arrived meanwhile
 
     def _show_table(self, outcome: PlanOutcome) -> None:
         r = outcome.result
@@ -328,6 +335,9 @@ class MainWindow(QMainWindow):
     @Slot()
     def _shown(self) -> None:
         if self.outcome is not None:
+            # its batch sweep may start once this last step is painted (posted paint
+            # events run before a 0 ms timer)
+            QTimer.singleShot(0, self.controller.shown)
             self.plan_shown.emit(self.outcome)
 
     def _set_batch_sweep(self, outcome: PlanOutcome) -> None:
@@ -346,9 +356,9 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _show_candidate(self, c: Candidate | None) -> None:
-        """A row was selected: details and plots follow, one step per event-loop turn."""
-        self._stages.then([lambda: self._show_candidate_details(c),
-                           lambda: self._show_candidate_plots(c)])
+        """A row was selected: details and memory now, the other plots on a later turn."""
+        self._show_candidate_details(c)
+        self._stages.then([lambda: self._show_candidate_plots(c)])
 
     def _show_candidate_details(self, c: Candidate | None) -> None:
         o = self.outcome

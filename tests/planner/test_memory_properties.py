@@ -9,9 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.memory import ConfigArrays, MemoryOptions, estimate, estimate_arrays
+from planner.errors import InputError
+from planner.memory import (
+    ConfigArrays,
+    MemoryOptions,
+    estimate,
+    estimate_arrays,
+    tensor_peak_floor,
+)
 from planner.presets import find_preset
-from planner.training import TrainingSetup
+from planner.training import LoraSpec, TrainingSetup
 
 MODELS = {name: find_preset(name) for name in (
     'gpt2', 'llama-3.1-8b', 'qwen2.5-0.5b', 'mixtral-8x7b', 'gemma-2-9b', 'llama-2-13b')}
@@ -172,3 +179,32 @@ def test_vectorised_matches_single_configuration():
                                                         recompute=modes[r]))
                 assert float(grid.tensor_peak_bytes[i, z, r]) == pytest.approx(
                     one.tensor_peak_bytes, abs=1)
+
+
+lora_choices = st.one_of(st.none(), st.builds(
+    LoraSpec, rank=st.sampled_from([8, 64]),
+    targets=st.sampled_from([('q', 'v'), ('q', 'k', 'v', 'o', 'gate', 'up', 'down')]),
+    base_bits=st.sampled_from([4, 16, 32])))
+
+
+@settings(max_examples=150, deadline=None)
+@given(setups, st.sampled_from(['none', 'optimizer', 'params']), lora_choices,
+       st.sampled_from([1, 2]), st.sampled_from([1, 2]))
+def test_the_search_floor_never_exceeds_the_peak(d, offload, lora, vpp, cp):
+    """The plan search drops a layout when tensor_peak_floor alone overflows: it must be
+    a true lower bound, under every option (offload, LoRA, interleaving, CP)."""
+    model, s = _setup(d)
+    if lora is not None and (d['framework'] != 'hf' or s.precision == 'fp32'):
+        lora = None
+    if s.pp == 1 or s.grad_accum % s.pp or model.num_layers % (s.pp * vpp):
+        vpp = 1
+    if s.zero == 0 and offload != 'none':
+        offload = 'none'
+    try:
+        s = s.with_changes(offload=offload, lora=lora, vpp=vpp, cp=cp)
+    except InputError:  # a combination TrainingSetup itself refuses
+        return
+    cfg, opts = ConfigArrays.from_setup(s), MemoryOptions.from_setup(s)
+    floor = float(tensor_peak_floor(model, opts, cfg))
+    assert floor <= float(estimate_arrays(model, opts, cfg).tensor_peak_bytes) + 1
+    assert floor > 0

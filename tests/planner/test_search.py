@@ -278,3 +278,22 @@ def test_request_round_trips_to_json_types():
     assert d['price_per_gpu_hour_usd'] == find_gpu(H100).price_per_gpu_hour_usd
     assert MemoryOptions(precision=req.precision).precision == 'bf16-mixed'
     assert math.isfinite(search(req).best.time_to_train_s)
+
+
+@pytest.mark.parametrize('kw', [{}, {'model': 'gpt2', 'seq_len': 1024, 'nodes': 2},
+                                {'precision': 'amp-bf16', 'framework': 'hf', 'batch': 512}])
+def test_dropping_layouts_below_the_floor_changes_nothing(monkeypatch, kw):
+    """The search skips layouts whose memory floor overflows; without that shortcut it
+    must find exactly the same plans, ranking and smallest peak."""
+    import planner.search as search_module
+
+    fast = search(request(**kw))
+    monkeypatch.setattr(search_module, 'tensor_peak_floor',
+                        lambda model, opts, cfg: np.zeros(np.shape(cfg.micro_batch)))
+    full = search(request(**kw))
+    assert fast.fitting == full.fitting > 0
+    assert fast.grid_size == full.grid_size
+    assert fast.min_total_bytes == full.min_total_bytes
+    assert [c.to_dict() for c in fast.top(30)] == [c.to_dict() for c in full.top(30)]
+    assert [c.to_dict() for c in fast.pareto_front()] == [c.to_dict()
+                                                          for c in full.pareto_front()]

@@ -23,10 +23,11 @@ from ui.plan_compute import batch_sweep, compute_main
 from ui.plan_inputs import PlanInputs
 
 log = logging.getLogger(__name__)
-# Edits arriving within this interval become one recompute. Short, because a newer
-# request cancels the older run anyway (latest wins) and the wait counts in the
-# edit-to-update time the user sees.
-DEBOUNCE_MS = 10
+# 0: edits made in one event-loop turn (a file opened, several fields set) become one
+# recompute. No longer: a newer request cancels the older run anyway (latest wins), and
+# any wait counts in the edit-to-update time the user sees.
+DEBOUNCE_MS = 0
+SWEEP_WAIT_S = 2.0
 
 
 class _RunnableSignals(QObject):
@@ -41,12 +42,33 @@ class _RunnableSignals(QObject):
 
 
 class _PlanRunnable(QRunnable):
-    def __init__(self, generation: int, inputs: PlanInputs, cancel: threading.Event) -> None:
+    def __init__(self, generation: int, inputs: PlanInputs, cancel: threading.Event,
+                 shown: threading.Event | None) -> None:
         super().__init__()
         self.generation = generation
         self.inputs = inputs
         self.cancel = cancel
+        self.shown = shown  # set when the GUI has drawn the main result (None: no wait)
         self.signals = _RunnableSignals()
+
+    def _wait_until_shown(self) -> None:
+        """Hold the batch sweep until the plan is on screen.
+
+        The sweep is four more searches; run beside the GUI thread's drawing, it takes
+        the GIL from it and doubles the time to a drawn table. Never waits past
+        :data:`SWEEP_WAIT_S`, so a window that never reports still gets its sweep.
+        """
+        if self.shown is None:
+            return
+        from planner.search import SearchCancelled
+
+        waited = 0.0
+        while not self.shown.wait(0.02):
+            waited += 0.02
+            if self.cancel.is_set():
+                raise SearchCancelled
+            if waited >= SWEEP_WAIT_S:
+                return
 
     def run(self) -> None:
         from planner.search import SearchCancelled
@@ -55,6 +77,7 @@ class _PlanRunnable(QRunnable):
         try:
             outcome = compute_main(self.inputs, should_stop=self.cancel.is_set)
             self.signals.main.emit(self.generation, outcome)
+            self._wait_until_shown()
             sweep = batch_sweep(outcome, should_stop=self.cancel.is_set)
         except SearchCancelled:
             pass
@@ -84,12 +107,17 @@ class PlanController(QObject):
     failed = Signal(str)
     busy_changed = Signal(bool)
 
-    def __init__(self, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS) -> None:
+    def __init__(self, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS,
+                 sweep_after_shown: bool = False) -> None:
+        """``sweep_after_shown``: start each batch sweep only once :meth:`shown` is called
+        (or after :data:`SWEEP_WAIT_S`), so it does not compete with the drawing."""
         super().__init__(parent)
+        self._sweep_after_shown = sweep_after_shown
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(2)  # a cancelled run may still be finishing a stage
         self._generation = 0
         self._running: dict[int, tuple[_PlanRunnable, threading.Event]] = {}
+        self._shown: dict[int, threading.Event] = {}
         self._pending: PlanInputs | None = None
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -120,7 +148,10 @@ class PlanController(QObject):
             cancel.set()
         self._generation += 1
         cancel = threading.Event()
-        runnable = _PlanRunnable(self._generation, inputs, cancel)
+        shown = threading.Event() if self._sweep_after_shown else None
+        if shown is not None:
+            self._shown[self._generation] = shown
+        runnable = _PlanRunnable(self._generation, inputs, cancel, shown)
         runnable.setAutoDelete(False)
         runnable.signals.main.connect(self._on_main)
         runnable.signals.done.connect(self._on_done)
@@ -141,9 +172,16 @@ class PlanController(QObject):
             self.latest = outcome
             self.outcome_ready.emit(outcome)
 
+    def shown(self) -> None:
+        """The latest main result is on screen: let its batch sweep start."""
+        event = self._shown.get(self._generation)
+        if event is not None:
+            event.set()
+
     @Slot(int, object, object)
     def _on_done(self, generation: int, sweep, error) -> None:
         self._running.pop(generation, None)
+        self._shown.pop(generation, None)
         if not self._running:
             self.busy_changed.emit(False)
         if generation != self._generation:
@@ -164,6 +202,7 @@ class PlanController(QObject):
             cancel.set()
         done = self._pool.waitForDone(timeout_ms)
         self._running.clear()
+        self._shown.clear()
         return done
 
     def active_thread_count(self) -> int:

@@ -8,6 +8,7 @@ the mouse in a tooltip.
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING
 
 import pyqtgraph as pg
@@ -46,7 +47,11 @@ class MemoryPlot(pg.PlotWidget):
         item.hideAxis('bottom')
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
-        self.legend = item.addLegend(offset=(-10, 10), labelTextSize='8pt')
+        # One HTML text beside the bar rather than a LegendItem: rebuilding a legend's
+        # rows on every selection cost ~10 ms, and the text never covers the bar.
+        self.legend = pg.TextItem(anchor=(0, 1), color='k')  # bottom-left at the bar's foot
+        self.legend.setZValue(10)
+        self.addItem(self.legend, ignoreBounds=True)
         self.bars: dict[str, pg.BarGraphItem] = {}
         for i, (key, _label) in enumerate(PARTS):
             bar = pg.BarGraphItem(x=[BAR_X], height=[0.0], y0=[0.0], width=BAR_WIDTH,
@@ -64,7 +69,7 @@ class MemoryPlot(pg.PlotWidget):
                                            pen=pg.mkPen('#ef6c00', width=1.5,
                                                         style=pg.QtCore.Qt.PenStyle.DashLine),
                                            label=translate('MemoryPlot', 'usable {value:.1f} GiB'),
-                                           labelOpts={'position': 0.15, 'color': '#ef6c00'})
+                                           labelOpts={'position': 0.55, 'color': '#ef6c00'})
         self.addItem(self.capacity_line, ignoreBounds=True)
         self.addItem(self.usable_line, ignoreBounds=True)
         self.heights_gib: dict[str, float] = {}
@@ -74,17 +79,20 @@ class MemoryPlot(pg.PlotWidget):
     def set_memory(self, memory: CandidateMemory | None) -> None:
         """Show ``memory`` (None clears the plot)."""
         self.heights_gib = {}
-        self.legend.clear()
         y0 = 0.0
-        for key, bar in self.bars.items():
+        rows = []
+        for i, (key, bar) in enumerate(self.bars.items()):
             group, name = key.split('.', 1)
             value = 0.0 if memory is None else getattr(memory, group).get(name, 0) / GIB
             self.heights_gib[key] = value
             bar.setOpts(height=[value], y0=[y0])
             bar.setVisible(value > 0)
             if value > 0:
-                self.legend.addItem(bar, f'{self.labels[key]} {value:.2f}')
+                rows.append(f'<span style="color:{_PALETTE[i % len(_PALETTE)]}">&#9632;</span>'
+                            f' {html.escape(self.labels[key])} {value:.2f}')
             y0 += value
+        self.legend.setHtml('<div style="font-size:8pt">' + '<br>'.join(reversed(rows))
+                            + '</div>')  # top of the stack first, as drawn
         if memory is None:
             self.capacity_line.setVisible(False)
             self.usable_line.setVisible(False)
@@ -94,7 +102,10 @@ class MemoryPlot(pg.PlotWidget):
         self.usable_line.setPos(usable)
         self.capacity_line.setVisible(True)
         self.usable_line.setVisible(True)
-        self.getPlotItem().setYRange(0, max(cap, y0) * 1.05, padding=0)
+        top = max(cap, y0) * 1.05
+        self.getPlotItem().setYRange(0, top, padding=0)
+        # from the floor up, clear of the capacity and usable labels near the top
+        self.legend.setPos(BAR_X + BAR_WIDTH / 2 + 0.1, 0.0)
 
     def total_gib(self) -> float:
         """Height of the stack."""
