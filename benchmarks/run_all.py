@@ -28,6 +28,7 @@ BENCHMARKS = {  # name: arguments after the interpreter
     'bench_search': ['-m', 'benchmarks.bench_search'],
     'time_comparison': ['-m', 'benchmarks.time_comparison'],
     'calibration_accuracy': ['-m', 'benchmarks.calibration_accuracy'],
+    'bench_gui': ['-m', 'benchmarks.bench_gui'],
 }
 
 TEMPLATE = """# Benchmarks

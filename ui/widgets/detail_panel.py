@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 DAY = 86_400.0
+LABEL_WIDTH = (100, 230)  # the label column's range in pixels; the values get the rest
 
 # Tooltips, translated when shown (DetailPanel._row).
 FORMULAS = {
@@ -115,7 +116,8 @@ class DetailPanel(QTreeWidget):
         self.setRootIsDecorated(True)
         self.setWordWrap(True)
         self.header().setStretchLastSection(True)
-        self.setColumnWidth(0, 230)
+        self.setColumnWidth(0, LABEL_WIDTH[1])
+        self._label_width_fitted = False
         self.values: dict[str, str] = {}
         self.warnings_label = QLabel()
         self.warnings_label.setObjectName('warnings_label')
@@ -129,8 +131,8 @@ class DetailPanel(QTreeWidget):
         self.values = {}
         self.warnings_label.setText('')
         item = QTreeWidgetItem([text, ''])
-        item.setFirstColumnSpanned(True)
         self.addTopLevelItem(item)
+        item.setFirstColumnSpanned(True)  # only once in the tree (a no-op before)
 
     def _section(self, title: str) -> QTreeWidgetItem:
         item = QTreeWidgetItem([title, ''])
@@ -138,6 +140,7 @@ class DetailPanel(QTreeWidget):
         font.setBold(True)
         item.setFont(0, font)
         self.addTopLevelItem(item)
+        item.setFirstColumnSpanned(True)  # a title never squeezes into the label column
         item.setExpanded(True)
         return item
 
@@ -164,6 +167,27 @@ class DetailPanel(QTreeWidget):
         self._time_section(request, c)
         if guidance is not None:
             self._guidance_section(guidance)
+        if not self._label_width_fitted:  # once: later the user's own width stays
+            self._fit_label_column()
+            self._label_width_fitted = True
+
+    def _fit_label_column(self) -> None:
+        """Narrow the label column to its widest row label (within LABEL_WIDTH).
+
+        Chinese labels are much shorter than English ones; the values (costs, batch
+        sizes in words) then get the room instead of being elided.
+        """
+        metrics = self.fontMetrics()
+        widest = 0
+        for i in range(self.topLevelItemCount()):
+            section = self.topLevelItem(i)
+            for j in range(section.childCount()):
+                row = section.child(j)
+                if not row.isFirstColumnSpanned():
+                    widest = max(widest, metrics.horizontalAdvance(row.text(0)))
+        low, high = LABEL_WIDTH
+        # rows sit two indentations in (root decoration + section); 16 px of margins
+        self.setColumnWidth(0, max(low, min(high, widest + 2 * self.indentation() + 16)))
 
     def _layout_section(self, c: Candidate) -> None:
         s = self._section(translate('DetailPanel', 'Layout #{rank}').format(rank=c.rank))
@@ -282,11 +306,10 @@ class DetailPanel(QTreeWidget):
             texts = [core_text(w) for w in g.warnings]
             for i, text in enumerate(texts):
                 item = QTreeWidgetItem([text, ''])
-                item.setFirstColumnSpanned(True)
-                item.setSizeHint(0, item.sizeHint(0))
                 item.setToolTip(0, text)
                 item.setForeground(0, QBrush(QColor('#c62828')))
                 s.addChild(item)
+                item.setFirstColumnSpanned(True)
                 self.values[f'warning{i}'] = text
             self.warnings_label.setText('\n'.join(f'⚠ {w}' for w in texts))
 
