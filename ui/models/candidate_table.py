@@ -115,7 +115,7 @@ COLUMNS: tuple[Column, ...] = (
            QT_TRANSLATE_NOOP('CandidateTableModel', 'GPU-hours × price per GPU-hour'),
            lambda c: c.cost_usd, si),
     # the raw 'yes' is what the CSV holds; the table shows it translated
-    Column('pareto', 'Pareto',
+    Column('pareto', QT_TRANSLATE_NOOP('CandidateTableModel', 'Pareto'),
            QT_TRANSLATE_NOOP('CandidateTableModel', 'On the time-to-train vs GPU-hours front'),
            lambda c: 'yes' if c.on_pareto else '',
            lambda v: translate('CandidateTableModel', 'yes') if v else ''),

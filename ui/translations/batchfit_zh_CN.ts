@@ -171,6 +171,10 @@
         <translation>GPU 小时 × 每 GPU 小时单价</translation>
     </message>
     <message>
+        <source>Pareto</source>
+        <translation>帕累托</translation>
+    </message>
+    <message>
         <source>On the time-to-train vs GPU-hours front</source>
         <translation>位于训练时长与 GPU 小时的帕累托前沿上</translation>
     </message>
