@@ -2,11 +2,14 @@
 #   make run   - create .venv, install batchfit, open the desktop app on a worked example
 #   make test  - create .venv, install the test and launchers extras (CPU torch), run lint and
 #                the whole suite (tests/launchers feeds exports to the launchers' own parsers)
+# Packaging (packaging/README.md):
+#   make dist  - the frozen folder dist/batchfit/ and its .tar.gz (fails over 120 MB)
+#   make smoke - launch the frozen binaries offscreen: plan, screenshot, calibration hint
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run example test lint bench clean translations
+.PHONY: run example test lint bench clean translations dist smoke dist-host-libs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,5 +64,38 @@ translations: $(VENV)/.installed-run
 	$(BIN)/pyside6-lupdate -extensions py -locations none -no-obsolete ui -ts $(TS_FILES)
 	$(BIN)/pyside6-lrelease $(TS_FILES)
 
+# The frozen build gets its own environment (.venv-dist: the runtime dependencies and
+# PyInstaller, no torch, no test tools), so what it bundles is what a user runs.
+DIST_VENV := .venv-dist
+$(DIST_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DIST_VENV)/bin/python -m pip install --quiet -e '.[freeze]'
+	touch $@
+
+# Qt's xcb and wayland plugins need these; PyInstaller silently leaves out what the build
+# host lacks (STYLE.md §4), so install them when root and missing (Debian/Ubuntu names).
+DIST_HOST_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 \
+	libxcb-randr0 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 \
+	libfontconfig1 libdbus-1-3 libwayland-cursor0 libwayland-egl1
+dist-host-libs:
+	@missing=$$(for p in $(DIST_HOST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; \
+		done 2>/dev/null); [ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] \
+		&& command -v apt-get >/dev/null && echo "make: installing $$missing" \
+		&& DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } \
+		|| echo "make: not installed: $$missing (the frozen app will need them on the user's machine)"
+
+dist: $(DIST_VENV)/.installed dist-host-libs
+	rm -rf dist/batchfit
+	$(DIST_VENV)/bin/python packaging/build_dist.py
+
+# The frozen binaries offscreen; with the test venv's torch, a CPU calibration through it.
+smoke:
+	@test -x dist/batchfit/batchfit-gui || { echo 'make: run make dist first'; exit 2; }
+	$(DIST_VENV)/bin/python packaging/smoke_test.py dist/batchfit \
+		$$( [ -x $(BIN)/python ] && $(BIN)/python -c 'import torch' 2>/dev/null \
+		&& echo --python-with-torch $(BIN)/python)
+
 clean:
-	rm -rf $(VENV) $(BENCH) build dist .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(BENCH) $(DIST_VENV) build dist .pytest_cache .ruff_cache .hypothesis

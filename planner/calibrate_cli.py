@@ -72,7 +72,8 @@ def add_calibrate_command(sub: argparse._SubParsersAction) -> argparse.ArgumentP
     p.add_argument('--timeout', type=positive_number('--timeout'), default=900.0,
                    help='stop the calibration after this many seconds (default 900)')
     p.add_argument('--python', help='interpreter with torch (your training environment; '
-                                    'default: this one)')
+                                    'default: this one; in the frozen build, python3 or '
+                                    'python on PATH if it has torch)')
     p.add_argument('--output', help='save the profile here instead of the data folder')
     p.add_argument('--json', action='store_true',
                    help="pass the child's JSON-lines events through on stdout, then a "
@@ -127,11 +128,15 @@ class ProgressBar:
 
 def options_from_args(args: argparse.Namespace) -> Any:
     """The runner's options (raises InputError for a bad model or combination)."""
+    from planner.calibrate.interpreter import NO_PYTHON_HINT, choose_interpreter
     from planner.calibrate.runner import CalibrationOptions
     from planner.errors import InputError
     from planner.model_source import resolve_model
 
     model = resolve_model(args.model)
+    interpreter = choose_interpreter(args.python)  # a frozen build looks for one on PATH
+    if interpreter.python is None:
+        raise InputError('--python', NO_PYTHON_HINT)
     uuids = tuple(u.strip() for u in args.gpu_uuid.split(',') if u.strip())
     if uuids and args.device == 'cpu':
         raise InputError('--gpu-uuid', 'names a GPU, but --device is cpu')
@@ -144,7 +149,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         collectives=args.collectives,
         collective_max_bytes=None if args.collective_max_mib is None
         else args.collective_max_mib << 20,
-        python=args.python, timeout_s=args.timeout)
+        python=None if interpreter.source == 'self' else interpreter.python,
+        timeout_s=args.timeout)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:

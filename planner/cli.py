@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_commands(sub)
     from planner.calibrate_cli import add_calibrate_command  # measure a GPU or the CPU
     add_calibrate_command(sub)
+    from planner.paths_cli import add_paths_command  # where settings, data and logs live
+    add_paths_command(sub)
     return parser
 
 

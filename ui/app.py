@@ -27,10 +27,10 @@ SCREENSHOT_TIMEOUT_MS = 30_000
 
 
 def log_dir() -> Path:
-    """Where the GUI writes its log."""
-    import platformdirs
+    """Where the GUI writes its log (``batchfit paths`` prints it too)."""
+    from planner.paths_cli import log_dir as planner_log_dir
 
-    return Path(platformdirs.user_log_dir('batchfit', 'batchfit'))
+    return planner_log_dir()
 
 
 def setup_logging() -> Path:
@@ -78,10 +78,29 @@ def make_app(argv: list[str] | None = None):
     QApplication.setOrganizationName(ORG_NAME)
     QApplication.setOrganizationDomain('batchfit.github.io')
     QGuiApplication.setDesktopFileName(APP_ID)
+    set_window_icon(app)
     from planner import __version__
 
     QApplication.setApplicationVersion(__version__)
     return app
+
+
+def set_window_icon(app) -> None:
+    """The app's icon for X11 and Windows title bars (Wayland takes it from the .desktop)."""
+    from PySide6.QtGui import QIcon
+
+    from ui.desktop_entry import APP_ID as ICON_NAME
+    from ui.desktop_entry import source_dir
+
+    try:
+        hicolor = source_dir() / 'icons' / 'hicolor'
+    except FileNotFoundError:
+        return
+    icon = QIcon()
+    for png in sorted(hicolor.glob(f'*/apps/{ICON_NAME}.png')):
+        icon.addFile(str(png))
+    if not icon.isNull():
+        app.setWindowIcon(icon)
 
 
 def install_translator(app, language: str | None = None) -> bool:
@@ -140,7 +159,15 @@ def main(argv: list[str] | None = None) -> int:
                         help='render the window offscreen once the plan is computed, then exit')
     parser.add_argument('--lang', help='UI language, e.g. zh_CN (default: the system\'s)')
     parser.add_argument('--size', default='1600x1000', help='window size for --screenshot')
+    parser.add_argument('--install-desktop', action='store_true',
+                        help='add batchfit to this user\'s desktop menu (Linux), then exit')
+    parser.add_argument('--uninstall-desktop', action='store_true',
+                        help='remove what --install-desktop added, then exit')
     args = parser.parse_args(argv)
+    if args.install_desktop or args.uninstall_desktop:
+        from ui import desktop_entry
+
+        return desktop_entry.run(install_it=args.install_desktop)
     if args.screenshot:
         import os
 

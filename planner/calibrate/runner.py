@@ -123,7 +123,9 @@ class CalibrationOptions:
         ``package_path``, when given, is put first on ``PYTHONPATH`` (a folder holding
         this ``planner`` package, for an interpreter from another environment).
         """
-        env = dict(os.environ if base is None else base)
+        from planner.calibrate.interpreter import undo_frozen_library_path
+
+        env = undo_frozen_library_path(dict(os.environ if base is None else base))
         env['CUDA_DEVICE_ORDER'] = 'PCI_BUS_ID'
         if self.device == 'cpu':
             env['CUDA_VISIBLE_DEVICES'] = ''  # a CPU calibration never touches a GPU
@@ -360,8 +362,15 @@ class CalibrationRunner:
         Only the package itself is exposed (a symlink in a private folder), never the
         site-packages around it, whose compiled modules may not match another
         interpreter; the child runs in the temporary folder, so this is also how the
-        default interpreter finds the package when it was imported from the cwd.
+        default interpreter finds the package when it was imported from the cwd. A
+        frozen build has no ``planner`` folder of source beside this module (it runs
+        from the bundled archive) but ships one on purpose, holding nothing else.
         """
+        from planner.calibrate.interpreter import bundled_source_path
+
+        bundled = bundled_source_path()
+        if bundled is not None:
+            return str(bundled)
         own = Path(__file__).resolve().parents[1]  # .../planner
         self._package_dir = tempfile.TemporaryDirectory(prefix='batchfit-calibrate-')
         link = Path(self._package_dir.name) / 'planner'

@@ -68,7 +68,12 @@ class CalibrationController(QObject):
         self._cancelled = self._timed_out = False
         process = QProcess(self)
         env = QProcessEnvironment()
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from planner.calibrate.interpreter import bundled_source_path
+
+        # A frozen build runs from an archive: its planner/ source ships in a folder of its own.
+        bundled = bundled_source_path()
+        here = str(bundled) if bundled is not None else \
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         for key, value in options.environment(package_path=here).items():
             env.insert(key, value)
         process.setProcessEnvironment(env)

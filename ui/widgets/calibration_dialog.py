@@ -25,6 +25,8 @@ from ui.controllers.calibration_controller import CalibrationController
 from ui.core_terms import core_text
 from ui.i18n import translate
 
+PYTHON_SETTING = 'calibration/python'  # the "Python with torch" last used, in QSettings
+
 
 class CalibrationDialog(QDialog):
     """Start, follow and cancel one calibration."""
@@ -56,6 +58,13 @@ class CalibrationDialog(QDialog):
         self.python_edit.setToolTip(translate(
             'CalibrationDialog', 'A Python with torch installed (your training environment); '
             'blank: the one running batchfit.'))
+        from planner.calibrate.interpreter import is_frozen
+        from ui.settings import settings
+
+        if is_frozen():  # no Python of its own: one on PATH with torch, if any
+            self.python_edit.setPlaceholderText(translate(
+                'CalibrationDialog', 'python3 or python on PATH, if it has torch'))
+        self.python_edit.setText(str(settings().value(PYTHON_SETTING, '') or ''))
         form.addRow(translate('CalibrationDialog', 'Python with torch'), self.python_edit)
         layout.addLayout(form)
         self.progress_bar = QProgressBar()
@@ -81,21 +90,38 @@ class CalibrationDialog(QDialog):
         self.controller.finished.connect(self._finished)
         self.result: tuple[str, str, object] | None = None
 
-    def options(self, **extra):
-        """The ``CalibrationOptions`` the dialog's fields describe."""
+    def options(self, python: str | None = None, **extra):
+        """The ``CalibrationOptions`` the dialog's fields describe (``python`` overrides
+        the field)."""
         from planner.calibrate.runner import CalibrationOptions
         from planner.model_source import resolve_model
 
         device, uuid = self.device_combo.currentData()
         return CalibrationOptions(model=resolve_model(self.model_text), seq_len=self.seq_len,
                                   device=device, gpu_uuids=(uuid,) if uuid else (),
-                                  python=self.python_edit.text().strip() or None, **extra)
+                                  python=python or self.python_edit.text().strip() or None,
+                                  **extra)
 
     @Slot()
     def start(self, **extra) -> None:
-        """Start the child."""
+        """Start the child with a Python that has torch (a frozen build has none)."""
+        from planner.calibrate.interpreter import choose_interpreter
+        from ui.settings import settings
+
+        named = self.python_edit.text().strip()
+        settings().setValue(PYTHON_SETTING, named)
+        choice = choose_interpreter(named)
+        if choice.python is None:
+            self.status_label.setText(translate(
+                'CalibrationDialog', 'No Python with torch found: run "pip install torch" in a '
+                'Python 3.10 or later, then enter that python above.'))
+            return
+        if choice.source == 'path':  # show (and remember) the one found
+            self.python_edit.setText(choice.python)
+            settings().setValue(PYTHON_SETTING, choice.python)
         self.result = None
-        self.controller.start(self.options(**extra))
+        self.controller.start(self.options(
+            python=None if choice.source == 'self' else choice.python, **extra))
         self.start_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.status_label.setText(translate('CalibrationDialog', 'Starting…'))
