@@ -112,6 +112,11 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'GPT-3 warmed up over 375M tokens (Brown et al. 2020)'),
     QT_TRANSLATE_NOOP('Core', 'the scaling rules hold below the critical batch; above it '
                               'larger LRs stop paying off (McCandlish et al. 2018)'),
+    QT_TRANSLATE_NOOP('Core', 'LoRA: the DeepSeek law is fitted on full pretraining, and LoRA '
+                              'recipes train at higher learning rates (QLoRA: 2e-4 up to 13B, '
+                              "1e-4 above; LLaMA-Factory's LoRA examples 1e-4 where full "
+                              'fine-tuning uses 1e-5): give --base-lr and --base-batch from a '
+                              'LoRA recipe'),
     # planner.hw.nvml: what the app does without NVML
     QT_TRANSLATE_NOOP('Core', 'batchfit uses the catalog instead'),
     # planner.calibrate: stages and fixed progress messages

@@ -302,6 +302,7 @@ def test_every_core_label_is_a_term():
 
 def _guidance_texts() -> list[str]:
     """Warnings, notes and other guidance strings, from the real planner.guidance."""
+    from planner import guidance
     from planner.guidance import advise
     from planner.model_source import resolve_model
 
@@ -317,7 +318,8 @@ def _guidance_texts() -> list[str]:
                base_warmup_steps=100, optimizer='sgd'),
         advise(model, 4096, 64),
     ]
-    texts = []
+    # fixed notes the module keeps as constants (e.g. the LoRA learning-rate note)
+    texts = [v for k, v in vars(guidance).items() if k.endswith('_NOTE') and isinstance(v, str)]
     for g in runs:
         texts += [*g.warnings, *g.notes, g.warmup_note, g.critical_batch_source]
         if g.learning_rates is not None:

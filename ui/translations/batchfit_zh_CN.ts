@@ -434,6 +434,10 @@
         <translation>这些缩放规则只在临界批大小以下成立；超过临界批大小后，继续增大学习率不再有收益（McCandlish et al. 2018）</translation>
     </message>
     <message>
+        <source>LoRA: the DeepSeek law is fitted on full pretraining, and LoRA recipes train at higher learning rates (QLoRA: 2e-4 up to 13B, 1e-4 above; LLaMA-Factory&apos;s LoRA examples 1e-4 where full fine-tuning uses 1e-5): give --base-lr and --base-batch from a LoRA recipe</source>
+        <translation>LoRA：DeepSeek 定律是在全量预训练上拟合的，而 LoRA 方案使用更高的学习率（QLoRA：13B 及以下为 2e-4，更大的模型为 1e-4；LLaMA-Factory 的 LoRA 示例用 1e-4，而全参数微调用 1e-5）：请按某个 LoRA 方案给出 --base-lr 和 --base-batch</translation>
+    </message>
+    <message>
         <source>batchfit uses the catalog instead</source>
         <translation>batchfit 将改用硬件目录</translation>
     </message>
