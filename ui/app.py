@@ -6,7 +6,7 @@ window to ``io.github.batchfit.batchfit.desktop``), logs to
 frozen Windows apps have none), shows uncaught exceptions in a dialog instead of
 dying, and stops the workers on ``aboutToQuit``.
 
-``batchfit-gui --screenshot FILE.png [SESSION.json]`` renders the window offscreen
+``batchfit-gui --screenshot FILE.png [PLAN.json]`` renders the window offscreen
 once the plan is computed, writes the PNG and exits.
 """
 
@@ -58,13 +58,16 @@ def excepthook(exc_type, exc, tb) -> None:
     log.error('uncaught exception:\n%s', text)
     from PySide6.QtWidgets import QApplication, QMessageBox
 
+    from ui.i18n import translate
+
     if QApplication.instance() is None:
         return
-    box = QMessageBox(QMessageBox.Icon.Critical, 'batchfit',
-                      f'Something went wrong: {exc_type.__name__}: {exc}\n\n'
-                      f'The details are in the log folder:\n{log_dir()}')
+    box = QMessageBox(QMessageBox.Icon.Critical, 'batchfit', translate(
+        'App', 'Something went wrong: {error}\n\nThe details are in the log folder:\n{folder}'
+    ).format(error=f'{exc_type.__name__}: {exc}', folder=log_dir()))
     box.setDetailedText(text)
-    box.addButton('Ignore and try to continue', QMessageBox.ButtonRole.AcceptRole)
+    box.addButton(translate('App', 'Ignore and try to continue'),
+                  QMessageBox.ButtonRole.AcceptRole)
     box.exec()
 
 
@@ -103,20 +106,6 @@ def set_window_icon(app) -> None:
         app.setWindowIcon(icon)
 
 
-def install_translator(app, language: str | None = None) -> bool:
-    """Load ``ui/i18n/batchfit_<lang>.qm`` for the system (or given) language."""
-    from PySide6.QtCore import QLocale, QTranslator
-
-    translator = QTranslator(app)
-    folder = Path(__file__).resolve().parent / 'i18n'
-    locale = QLocale(language) if language else QLocale.system()
-    if translator.load(locale, 'batchfit', '_', str(folder)):
-        app.installTranslator(translator)
-        app._batchfit_translator = translator  # keep it alive
-        return True
-    return False
-
-
 def take_screenshot(window, path: str, app) -> int:
     """Wait for the plan, render the window to ``path``, return an exit code."""
     from PySide6.QtCore import QEventLoop, QTimer
@@ -138,6 +127,7 @@ def take_screenshot(window, path: str, app) -> int:
         finish()
     QTimer.singleShot(SCREENSHOT_TIMEOUT_MS, loop.quit)
     loop.exec()
+    window.finish_updates()
     app.processEvents()
     ok = window.grab().save(str(path))
     return 0 if ok and done['ok'] else 1
@@ -154,10 +144,13 @@ def dispose(window) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``batchfit-gui``."""
     parser = argparse.ArgumentParser(prog='batchfit-gui', description='batchfit desktop app')
-    parser.add_argument('session', nargs='?', help='a session file to open')
+    parser.add_argument('plan', nargs='?', metavar='PLAN.json',
+                        help='a plan file to open (saved here or by `batchfit plan --save`)')
     parser.add_argument('--screenshot', metavar='FILE.png',
                         help='render the window offscreen once the plan is computed, then exit')
-    parser.add_argument('--lang', help='UI language, e.g. zh_CN (default: the system\'s)')
+    parser.add_argument('--language', '--lang', dest='language', metavar='LANG',
+                        help='UI language: en or zh_CN (default: the one chosen in View > '
+                             'Language, else the system\'s)')
     parser.add_argument('--size', default='1600x1000', help='window size for --screenshot')
     parser.add_argument('--install-desktop', action='store_true',
                         help='add batchfit to this user\'s desktop menu (Linux), then exit')
@@ -174,15 +167,26 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault('QT_QPA_PLATFORM', 'offscreen')
     setup_logging()
     app = make_app()
-    install_translator(app, args.lang)
+    from ui.i18n import install_translators, resolve_language
+
+    install_translators(app, resolve_language(args.language))
     sys.excepthook = excepthook
     from ui.main_window import MainWindow
 
-    window = MainWindow(restore=not args.screenshot and not args.session,
-                        poll_hardware=True)
+    window = MainWindow(restore=not args.screenshot and not args.plan, poll_hardware=True)
     app.aboutToQuit.connect(window.shutdown)
-    if args.session:
-        window.open_path(args.session, confirm=False)
+    if args.plan and args.screenshot:
+        from planner.errors import InputError
+
+        try:  # no dialog offscreen: a bad file is one line on stderr and exit 2
+            window.open_plan_file(args.plan)
+        except InputError as exc:
+            print(f'batchfit-gui: error: {exc}', file=sys.stderr)
+            window.shutdown(remember=False)
+            dispose(window)
+            return 2
+    if args.plan:
+        window.open_path(args.plan, confirm=False)
     if args.screenshot:
         w, h = (int(v) for v in args.size.lower().split('x'))
         window.resize(w, h)

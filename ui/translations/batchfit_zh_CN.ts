@@ -2,6 +2,23 @@
 <!DOCTYPE TS>
 <TS version="2.1" language="zh_CN" sourcelanguage="en">
 <context>
+    <name>App</name>
+    <message>
+        <source>Something went wrong: {error}
+
+The details are in the log folder:
+{folder}</source>
+        <translation>出错了：{error}
+
+详细信息在日志文件夹中：
+{folder}</translation>
+    </message>
+    <message>
+        <source>Ignore and try to continue</source>
+        <translation>忽略并继续</translation>
+    </message>
+</context>
+<context>
     <name>CalibrationDialog</name>
     <message>
         <source>Calibrate on this machine</source>

@@ -87,7 +87,7 @@ class ExportDialog(QDialog):
         super().__init__(parent)
         from planner.errors import InputError
         from planner.export import EXPORTERS, export_plan
-        from planner.plan_file import GuidanceInputs, plan_file_from_search
+        from ui.plan_document import plan_for
 
         self.setWindowTitle(translate('ExportDialog', 'Export plan #{rank} to a launcher').format(
             rank=c.rank))
@@ -97,14 +97,8 @@ class ExportDialog(QDialog):
         layout.addWidget(self.tabs)
         self.texts: dict[str, str] = {}
         self.errors: dict[str, str] = {}
-        index = next(i for i, x in enumerate(outcome.candidates) if x is c or x == c)
-        inputs = outcome.inputs
-        guidance = GuidanceInputs(base_lr=inputs.base_lr,
-                                  base_batch_samples=inputs.base_batch_samples,
-                                  b_noise_tokens=inputs.b_noise_tokens)
         try:
-            plan = plan_file_from_search(outcome.request, outcome.result, index,
-                                         model_arg=inputs.model, guidance_inputs=guidance)
+            plan = plan_for(outcome, c)  # what File › Save plan writes
         except InputError as exc:
             plan = None
             layout.insertWidget(0, QLabel(str(exc)))
