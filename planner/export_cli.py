@@ -183,6 +183,7 @@ def show_text(plan: PlanFile, path: str) -> str:
         f'Search: {k.precision} · {k.optimizer} · {k.attention} attention · {k.framework} · '
         f'ZeRO {",".join(map(str, k.zero_stages))} · recompute {",".join(k.recompute_modes)} · '
         f'margin {k.margin_fraction:.0%}',
+        *([] if k.lora is None else [lora_text(plan)]),
         f'Chosen: {c.gpus} GPUs on {c.nodes} node(s) of {c.gpus_per_node}: tp/pp/cp/dp '
         f'{c.layout}, micro-batch {c.micro_batch} x accumulation {c.grad_accum} x DP {c.dp} = '
         f'{c.global_batch}, ZeRO {c.zero}, recompute {c.recompute}'
@@ -199,6 +200,18 @@ def show_text(plan: PlanFile, path: str) -> str:
                                     f'({cal["source"]})'))
     lines.append(f'Export: batchfit export {path} --format {{{",".join(FORMATS)}}}')
     return '\n'.join(lines)
+
+
+def lora_text(plan: PlanFile) -> str:
+    """The plan's LoRA settings in one line (rank, targets, base, trainable parameters)."""
+    from planner.model_states import lora_params
+
+    spec = plan.constraints.lora_spec
+    assert spec is not None
+    base = {4: 'QLoRA (4-bit NF4 base)', 8: 'LLM.int8 base', 16: '16-bit base',
+            32: 'fp32 base'}[spec.base_bits]
+    return (f'LoRA: rank {spec.rank} on {",".join(spec.targets)}, {base}, '
+            f'{lora_params(plan.model.spec, spec) / 1e6:,.1f} M trainable parameters')
 
 
 def _estimate_lines(e: dict[str, Any]) -> list[str]:

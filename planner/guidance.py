@@ -40,6 +40,11 @@ ABOVE_CRITICAL_FACTOR = 2.0  # B > 2 B_crit: doubling B saves < 1/3 of the steps
 LOW_EFFICIENCY_FRACTION = 0.8  # micro-batch GEMMs below 80 % of attainable efficiency
 DEEP_ACCUMULATION = 32  # micro-batches per step beyond which steps get slow
 SGD_OPTIMIZERS = ('sgd', 'sgd-momentum')
+# LoRA trains at higher learning rates than full fine-tuning; a pretraining law is no guide.
+LORA_LR_NOTE = ('LoRA: the DeepSeek law is fitted on full pretraining, and LoRA recipes train at '
+                'higher learning rates (QLoRA: 2e-4 up to 13B, 1e-4 above; LLaMA-Factory\'s '
+                'LoRA examples 1e-4 where full fine-tuning uses 1e-5): give --base-lr and '
+                '--base-batch from a LoRA recipe')
 
 
 @dataclass(frozen=True)
@@ -241,7 +246,7 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
            b_noise_tokens: float | None = None, base_warmup_steps: int | None = None,
            micro_batch: int | None = None, grad_accum: int | None = None, pp: int = 1,
            efficiency_fraction: float | None = None, gemm_flops: float | None = None,
-           step_time_s: float | None = None) -> Guidance:
+           step_time_s: float | None = None, lora: bool = False) -> Guidance:
     """Guidance for training ``model`` with a global batch of ``global_batch_samples``.
 
     Args:
@@ -260,6 +265,7 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
         efficiency_fraction: eta / eta_max of the chosen plan's GEMMs.
         gemm_flops: FLOPs of the chosen plan's representative GEMM.
         step_time_s: the chosen plan's step time.
+        lora: the plan fine-tunes LoRA adapters (adds a note on their learning rates).
 
     Raises:
         InputError: a reference LR without its batch, or a bad number.
@@ -329,6 +335,8 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
                         'optimizer step is slow; more data-parallel GPUs or a smaller global '
                         'batch would give more updates per hour')
 
+    if lora:
+        notes.append(LORA_LR_NOTE)
     total_steps = None if total_tokens is None else total_tokens / batch_tokens
     warmup, warmup_note = suggest_warmup_steps(
         batch_tokens, total_steps, base_warmup_steps,

@@ -263,6 +263,29 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
 ADAPTER_BYTES = 4
 
 
+def lora_base_bytes_per_param(r: PrecisionRecipe, lora: LoraSpec) -> float:
+    """Stored bytes per element of the decoder layers' frozen projections.
+
+    NF4 with its block statistics for a 4-bit base, one byte for LLM.int8, else the
+    base's dtype (:meth:`LoraSpec.frozen_bytes`).
+    """
+    return {4: NF4_BYTES, 8: INT8_BYTES}.get(lora.base_bits, lora.frozen_bytes(r.act_bytes))
+
+
+def lora_weight_bytes(params: StageParams, r: PrecisionRecipe, lora: LoraSpec) -> np.ndarray:
+    """One rank's weights under LoRA before ZeRO-3 shards them, in bytes.
+
+    The layers' projections at :func:`lora_base_bytes_per_param`, the rest of the base
+    (embeddings, norms, head, biases) in :meth:`LoraSpec.frozen_bytes`, the adapters in
+    fp32. It is also what ZeRO-3 gathers of a stage, so the step-time model reads it
+    from here.
+    """
+    quantizable = params.matmul - params.head_matmul  # the layers' projections
+    rest = params.dense + params.expert - quantizable
+    return (lora_base_bytes_per_param(r, lora) * quantizable
+            + lora.frozen_bytes(r.act_bytes) * rest + ADAPTER_BYTES * params.trainable_dense)
+
+
 def _lora_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
                       lora: LoraSpec, *, params: StageParams, shard, zero, offload,
                       framework: str, foreach: bool, prefetch_layers: int) -> ModelStateBytes:
@@ -275,10 +298,7 @@ def _lora_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
     cover the adapters only, in fp32.
     """
     fd = lora.frozen_bytes(r.act_bytes)
-    quantizable = params.matmul - params.head_matmul  # the layers' projections
-    rest = params.dense + params.expert - quantizable
-    base = {4: NF4_BYTES, 8: INT8_BYTES}.get(lora.base_bits, fd)
-    weights = base * quantizable + fd * rest + ADAPTER_BYTES * params.trainable_dense
+    weights = lora_weight_bytes(params, r, lora)
     weights = np.where(zero == 3, weights / shard, weights)
     weights = np.where(offload == 2, 0.0, weights)
 

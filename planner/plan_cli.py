@@ -116,7 +116,9 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p = sub.add_parser('plan', help='search layouts for a global batch: time, cost, LR guidance',
                        description='Every (GPUs, TP, PP, CP, DP, micro-batch, accumulation, '
                                    'ZeRO, recompute) that reaches the global batch exactly and '
-                                   'fits, ranked by time-to-train (docs/time-model.md).')
+                                   'fits, ranked by time-to-train (docs/time-model.md). With '
+                                   '--lora-rank (and --qlora) it plans LoRA/QLoRA fine-tuning '
+                                   'as PEFT runs it: data parallel with ZeRO 0-3 only.')
     add_model_args(p)
     p.add_argument('--gpu', required=True, help='catalog GPU (batchfit gpus --catalog)')
     p.add_argument('--nodes', type=positive_int('--nodes'), default=1,
@@ -186,13 +188,12 @@ def request_from_args(args: argparse.Namespace,
         InputError: an unknown model/GPU/network, or an inconsistent combination.
     """
     from planner.catalog import find_gpu, find_interconnect
+    from planner.cli import lora_from_args
     from planner.model_source import resolve_model
     from planner.search import LayoutLimits, PlanRequest
     from planner.step_time import StepTimeOptions, TrainingLength
 
-    if args.lora_rank is not None or args.qlora:
-        raise InputError('--lora-rank', 'plan searches full training; LoRA step time is not '
-                         'modelled yet (use batchfit estimate for LoRA memory)')
+    lora = lora_from_args(args)  # LoRA/QLoRA: PEFT on a frozen base, data parallel only
     if args.epochs is not None and args.samples is None:
         raise InputError('--epochs', 'needs --samples')
     model = resolve_model(args.model)
@@ -218,7 +219,7 @@ def request_from_args(args: argparse.Namespace,
         recompute_modes=args.recompute, precision=args.precision, optimizer=args.optimizer,
         attention=args.attention, framework=args.framework, loss=args.loss,
         margin_fraction=args.margin, price_per_gpu_hour_usd=args.price, sort_by=args.sort,
-        top_k=args.top, limits=limits,
+        top_k=args.top, limits=limits, lora=lora,
         **({} if calibration is None else {
             'calibration': calibration.efficiency, 'overheads': calibration.overheads,
             'step_options': calibration.step_options or StepTimeOptions()}))
@@ -267,7 +268,7 @@ def guidance_for(req: PlanRequest, result: SearchResult, args: argparse.Namespac
                   micro_batch=best.micro_batch if best else None,
                   grad_accum=best.grad_accum if best else None, pp=best.pp if best else 1,
                   efficiency_fraction=fraction, gemm_flops=gemm,
-                  step_time_s=best.step_time_s if best else None)
+                  step_time_s=best.step_time_s if best else None, lora=req.lora is not None)
 
 
 # ---- output -----------------------------------------------------------------------------
@@ -324,6 +325,19 @@ def _table(candidates: list[Candidate], has_length: bool) -> list[str]:
     return lines
 
 
+def lora_line(req: PlanRequest) -> str:
+    """One line on the LoRA settings: rank, targets, base bits, trainable parameters."""
+    from planner.plan_request import lora_dict
+
+    d = lora_dict(req.lora, req.model)  # type: ignore[arg-type]
+    base = {4: 'QLoRA: 4-bit NF4 base', 8: 'LLM.int8 base', 16: '16-bit base',
+            32: 'fp32 base'}[d['base_bits']]
+    share = d['trainable_parameters'] / req.model.total_params()
+    return (f'LoRA rank {d["rank"]} on {",".join(d["targets"])} · {base} · '
+            f'{d["trainable_parameters"] / 1e6:,.1f} M trainable parameters ({share:.2%}) · '
+            'data parallel only (TP = PP = CP = 1)')
+
+
 def _why(c: Candidate, gpu: GpuSpec) -> list[str]:
     """A few sentences on the winning plan."""
     parts = c.step_breakdown_s
@@ -333,6 +347,8 @@ def _why(c: Candidate, gpu: GpuSpec) -> list[str]:
               'overhead_s': 'overhead'}
     split = ', '.join(f'{labels[k]} {v / c.step_time_s:.0%}' for k, v in
                       sorted(parts.items(), key=lambda kv: -kv[1]) if v / c.step_time_s >= 0.005)
+    if c.dequant_s > 0:
+        split += f' (QLoRA dequantization {c.dequant_s / c.step_time_s:.0%} of the step)'
     pipeline = (f'{c.pp} pipeline stages' + (f' x {c.vpp} virtual' if c.vpp > 1 else '')
                 if c.pp > 1 else 'no pipeline')
     sharding = {0: 'plain data parallel', 1: 'optimizer states sharded (ZeRO-1)',
@@ -387,6 +403,8 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
         f'{req.precision} · {req.optimizer} · {req.attention} attention · {req.framework} · '
         f'margin {req.margin_fraction:.0%} · ${req.price:.2f}/GPU-hour',
     ]
+    if req.lora is not None:
+        head.append(lora_line(req))
     if req.length is not None:
         tokens = req.length.total_tokens(req.seq_len)
         head.append(f'Training: {_si(tokens)} tokens = {tokens / (batch * req.seq_len):,.0f} '

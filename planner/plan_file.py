@@ -1,6 +1,6 @@
 """Plan files: one chosen plan with everything that produced it, as versioned JSON.
 
-A plan file (schema ``batchfit.plan/1``, docs/plan-file.md) holds the whole input of a
+A plan file (schema ``batchfit.plan/2``, docs/plan-file.md) holds the whole input of a
 search (the model as a preset, a size or the embedded ``config.json``, and always its
 resolved shape; the cluster; the targets; the constraints; the guidance inputs), the
 chosen candidate with its estimates, the learning rate and warmup it was given, and the
@@ -30,7 +30,7 @@ from planner.errors import InputError
 from planner.model_spec import ModelSpec, MoESpec
 from planner.plan_file_fields import Reader
 from planner.plan_file_migrate import CURRENT_SCHEMA, migrate
-from planner.training import RECOMPUTE_MODES
+from planner.training import RECOMPUTE_MODES, LoraSpec
 
 if TYPE_CHECKING:
     from planner.guidance import Guidance
@@ -105,7 +105,11 @@ class Targets:
 
 @dataclass(frozen=True)
 class Constraints:
-    """The search space and the modelling choices (``PlanRequest`` fields, JSON-ready)."""
+    """The search space and the modelling choices (``PlanRequest`` fields, JSON-ready).
+
+    ``lora`` is ``{"rank", "targets", "base_bits"}`` for a LoRA/QLoRA plan, None for full
+    training.
+    """
 
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
@@ -121,6 +125,15 @@ class Constraints:
     limits: dict[str, Any] = field(default_factory=dict)
     step_options: dict[str, float] = field(default_factory=dict)
     overheads: dict[str, Any] | None = None
+    lora: dict[str, Any] | None = None
+
+    @property
+    def lora_spec(self) -> LoraSpec | None:
+        """The LoRA settings as a :class:`LoraSpec` (None for full training)."""
+        if self.lora is None:
+            return None
+        return LoraSpec(rank=self.lora['rank'], targets=tuple(self.lora['targets']),
+                        base_bits=self.lora['base_bits'])
 
 
 @dataclass(frozen=True)
@@ -268,7 +281,8 @@ class PlanFile:
             top_k=c.top_k, limits=LayoutLimits(**limits),
             step_options=StepTimeOptions(**c.step_options),
             calibration=calibration,
-            overheads=None if c.overheads is None else Overheads(**c.overheads))
+            overheads=None if c.overheads is None else Overheads(**c.overheads),
+            lora=c.lora_spec)
 
 
 # ---- building a plan from a search -------------------------------------------------------
@@ -349,7 +363,8 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
             top_k=request.top_k, limits=request.limits.to_dict(),
             step_options=dataclasses.asdict(request.step_options),
             overheads=None if request.overheads is None
-            else dataclasses.asdict(request.overheads)),
+            else dataclasses.asdict(request.overheads),
+            lora=None if request.lora is None else request.lora.to_dict()),
         guidance_inputs=inputs,
         guidance=guidance_record(guidance),
         candidate=chosen_candidate(chosen),
@@ -383,7 +398,8 @@ def guidance_for_candidate(request: PlanRequest, result: SearchResult, chosen: C
                   b_noise_tokens=inputs.b_noise_tokens,
                   base_warmup_steps=inputs.base_warmup_steps, micro_batch=chosen.micro_batch,
                   grad_accum=chosen.grad_accum, pp=chosen.pp, efficiency_fraction=fraction,
-                  gemm_flops=gemm, step_time_s=chosen.step_time_s)
+                  gemm_flops=gemm, step_time_s=chosen.step_time_s,
+                  lora=request.lora is not None)
 
 
 def guidance_record(g: Guidance) -> GuidanceRecord:
@@ -572,7 +588,23 @@ def _read_constraints(c: Reader) -> Constraints:
         price_per_gpu_hour_usd=c.number('price_per_gpu_hour_usd', None),
         sort_by=c.text('sort_by', 'time'), top_k=c.count('top_k', 10),
         limits=c.mapping('limits', {}) or {}, step_options=c.mapping('step_options', {}) or {},
-        overheads=c.mapping('overheads', None))
+        overheads=c.mapping('overheads', None), lora=_read_lora(c))
+
+
+def _read_lora(c: Reader) -> dict[str, Any] | None:
+    """``constraints.lora``: null, or rank, targets and base bits that make a LoraSpec."""
+    if c.mapping('lora', None) is None:
+        return None
+    lora = c.section('lora')
+    lora.only(('rank', 'targets', 'base_bits'))
+    values = {'rank': lora.count('rank'), 'targets': lora.text_list('targets'),
+              'base_bits': lora.choice('base_bits', (4, 8, 16, 32))}
+    try:
+        spec = LoraSpec(rank=values['rank'], targets=tuple(values['targets']),
+                        base_bits=values['base_bits'])
+    except InputError as exc:
+        raise lora.error('targets', str(exc)[len(exc.field) + 2:]) from None
+    return spec.to_dict()
 
 
 def _read_guidance_inputs(g: Reader) -> GuidanceInputs:
@@ -643,6 +675,10 @@ def _check_consistent(plan: PlanFile, where: str) -> None:
         raise InputError(f'{where}: candidate', f'{plan.candidate.nodes} x '
                          f'{plan.candidate.gpus_per_node} GPUs exceed the cluster '
                          f'({plan.cluster.max_nodes} x {plan.cluster.gpus_per_node})')
+    c = plan.candidate
+    if plan.constraints.lora is not None and c.tp * c.pp * c.cp > 1:
+        raise InputError(f'{where}: candidate', f'tp/pp/cp/dp {c.layout}: a LoRA plan is data '
+                         'parallel only (PEFT)')
     if plan.candidate.tp > 1 and plan.model.spec.num_heads % plan.candidate.tp:
         raise InputError(f'{where}: candidate.tp', f'{plan.candidate.tp} does not divide the '
                          f'{plan.model.spec.num_heads} heads')

@@ -10,6 +10,8 @@ Versions:
        recorded.
     1: sections ``model``, ``cluster``, ``targets``, ``constraints``,
        ``guidance_inputs``, ``guidance``, ``candidate``, ``calibration``.
+    2: ``constraints.lora``: the LoRA/QLoRA settings of a fine-tuning plan (rank, targets,
+       base bits), null for full training.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from planner.errors import InputError
 
 SCHEMA_PREFIX = 'batchfit.plan/'
-CURRENT_VERSION = 1
+CURRENT_VERSION = 2
 CURRENT_SCHEMA = f'{SCHEMA_PREFIX}{CURRENT_VERSION}'
 _V0_LAYOUT = ('nodes', 'gpus_per_node', 'gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch',
               'grad_accum', 'global_batch', 'zero', 'recompute', 'sequence_parallel')
@@ -115,4 +117,13 @@ def _v0_to_v1(old: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-_MIGRATIONS: dict[int, Callable[[dict[str, Any], str], dict[str, Any]]] = {0: _v0_to_v1}
+def _v1_to_v2(old: dict[str, Any], where: str) -> dict[str, Any]:
+    """Version 1 planned full training only: ``constraints.lora`` is null."""
+    constraints = old.get('constraints')
+    if not isinstance(constraints, dict):
+        raise InputError(f'{where}: constraints', 'must be a JSON object')
+    return {**old, 'schema': f'{SCHEMA_PREFIX}2', 'constraints': {**constraints, 'lora': None}}
+
+
+_MIGRATIONS: dict[int, Callable[[dict[str, Any], str], dict[str, Any]]] = {
+    0: _v0_to_v1, 1: _v1_to_v2}

@@ -21,7 +21,7 @@ from planner.memory import Overheads
 from planner.model_spec import ModelSpec
 from planner.recipes import OPTIMIZERS, RECIPES
 from planner.step_time import RECOMPUTE_MODES, StepTimeOptions, TrainingLength
-from planner.training import ATTENTION_KINDS, FRAMEWORKS
+from planner.training import ATTENTION_KINDS, FRAMEWORKS, LoraSpec
 
 SORT_KEYS: tuple[str, ...] = ('time', 'cost', 'gpus', 'headroom')
 
@@ -133,6 +133,10 @@ class PlanRequest:
         step_options: constants of the step-time model.
         calibration: measured efficiency profile replacing the default curve.
         overheads: memory overheads (None: the estimator's defaults).
+        lora: train LoRA adapters on a frozen base (QLoRA: ``base_bits`` 4) instead of
+            every weight; None for full training. LoRA runs as PEFT does (HF Trainer,
+            accelerate, DeepSpeed, FSDP, LLaMA-Factory): data parallel with ZeRO 0-3
+            only, so the search keeps TP = PP = CP = 1 and needs ``framework='hf'``.
     """
 
     model: ModelSpec
@@ -159,6 +163,7 @@ class PlanRequest:
     step_options: StepTimeOptions = field(default_factory=StepTimeOptions)
     calibration: CalibrationProfile | Mapping | None = None
     overheads: Overheads | None = None
+    lora: LoraSpec | None = None
 
     def __post_init__(self) -> None:
         for name in ('seq_len', 'max_nodes', 'gpus_per_node', 'top_k'):
@@ -194,6 +199,28 @@ class PlanRequest:
         if self.max_nodes > 1 and self.inter_node is None:
             raise InputError('--inter-node', 'more than one node needs the network between '
                              'them (batchfit gpus --catalog lists them)')
+        self._check_lora()
+
+    def _check_lora(self) -> None:
+        """LoRA runs under PEFT on Hugging Face models, data parallel only.
+
+        The memory model counts LoRA for the ``hf`` framework only (Megatron has no
+        PEFT), and PEFT composes with DDP, ZeRO and FSDP but not with TP, PP or CP.
+        """
+        if self.lora is None:
+            return
+        if not isinstance(self.lora, LoraSpec):
+            raise InputError('--lora-rank', f'must be a LoraSpec, got {self.lora!r}')
+        if self.framework != 'hf':
+            raise InputError('--framework', f'LoRA runs under PEFT on Hugging Face models, '
+                             f'not {self.framework}', 'hf')
+        if self.lora.base_bits == 8 and set(self.zero_stages) == {3}:
+            raise InputError('--zero', 'an LLM.int8 base cannot be sharded by ZeRO-3/FSDP '
+                             '(bitsandbytes shards 4-bit weights only)', '0, 1 or 2')
+        for axis in ('tp', 'pp', 'cp', 'vpp'):
+            if not self.limits.allowed(axis, np.ones(1, int)).size:
+                raise InputError(_flag(axis), 'LoRA runs data parallel only (PEFT with DDP, '
+                                 'ZeRO or FSDP): no model split', '1')
 
     @property
     def target_batch_samples(self) -> float:
@@ -230,7 +257,15 @@ class PlanRequest:
             'price_per_gpu_hour_usd': self.price, 'sort_by': self.sort_by, 'top_k': self.top_k,
             'limits': self.limits.to_dict(),
             'calibration': None if self.calibration is None else 'given',
+            'lora': None if self.lora is None else lora_dict(self.lora, self.model),
         }
+
+
+def lora_dict(lora: LoraSpec, model: ModelSpec) -> dict[str, Any]:
+    """The LoRA settings as JSON, with the trainable (adapter) parameters they give."""
+    from planner.model_states import lora_params
+
+    return {**lora.to_dict(), 'trainable_parameters': lora_params(model, lora)}
 
 
 def _flag(name: str) -> str:

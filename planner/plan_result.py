@@ -61,7 +61,11 @@ class CandidateMemory:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One fitting configuration, its memory, step time and cost (plain scalars)."""
+    """One fitting configuration, its memory, step time and cost (plain scalars).
+
+    ``step_breakdown_s`` adds up to ``step_time_s``; ``dequant_s`` is the part of its
+    ``elementwise_s`` that dequantizes a QLoRA base (0 otherwise).
+    """
 
     rank: int
     nodes: int
@@ -93,6 +97,7 @@ class Candidate:
     gpu_hours: float
     cost_usd: float
     on_pareto: bool
+    dequant_s: float = 0.0
 
     @property
     def layout(self) -> str:
@@ -204,7 +209,7 @@ class SearchResult:
         recompute, sp = ints(lay.recompute), ints(lay.sequence_parallel)
         scalars = {name: at(getattr(st, name)) for name in (
             'step_time_s', 'tokens_per_s', 'samples_per_s', 'mfu', 'hfu', 'efficiency',
-            'achieved_flops_per_gpu')}
+            'achieved_flops_per_gpu', 'dequant_s')}
         scalars.update({name: at(getattr(tr, name)) for name in (
             'steps', 'time_to_train_s', 'time_per_epoch_s', 'gpu_hours', 'cost_usd')})
         on_pareto = np.isin(idx, self.pareto).tolist()

@@ -21,6 +21,9 @@ Rules a candidate obeys (Megatron's, DOMAIN.md §5, §8):
   chunk;
 * CP splits the sequence into ``2 * cp`` load-balanced chunks (``seq_len % 2cp == 0``);
 * ZeRO stages above 0 only where there is something to shard (``dp * cp > 1``);
+* with ``request.lora`` (LoRA/QLoRA fine-tuning) TP = PP = CP = 1: PEFT runs data
+  parallel only (DDP, ZeRO 1-3 or FSDP), and an LLM.int8 base cannot be sharded by
+  ZeRO-3 (bitsandbytes shards only 4-bit weights), so it gets ZeRO 0-2;
 * each GPU count is placed on the fewest nodes that hold it (same GPUs, more of the
   traffic on NVLink: spreading it wider is never faster in this model).
 
@@ -112,7 +115,18 @@ def _axis_values(req: PlanRequest) -> dict[str, np.ndarray]:
                          & (req.seq_len // cp >= lim.min_tokens_per_cp_rank))]
     cp = lim.allowed('cp', cp[cp <= req.max_nodes * req.gpus_per_node])
     vpp = lim.allowed('vpp', np.arange(1, layers + 1))
-    return {'tp': tp, 'pp': pp, 'cp': cp, 'vpp': vpp}
+    axes = {'tp': tp, 'pp': pp, 'cp': cp, 'vpp': vpp}
+    if req.lora is not None:  # PEFT: data parallel only
+        axes = {name: values[values == 1] for name, values in axes.items()}
+    return axes
+
+
+def _zero_stages(req: PlanRequest) -> np.ndarray:
+    """The ZeRO stages to try: LLM.int8 bases cannot be sharded by ZeRO-3/FSDP."""
+    zeros = np.asarray(sorted(set(req.zero_stages)))
+    if req.lora is not None and req.lora.base_bits == 8:
+        zeros = zeros[zeros < 3]
+    return zeros
 
 
 def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarray | None = None,
@@ -175,7 +189,7 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
     sel['vpp'] = v[0, iv]
 
     # Stage 4: ZeRO stage x recompute mode (ZeRO > 0 only with something to shard).
-    zeros = np.asarray(sorted(set(req.zero_stages)))
+    zeros = _zero_stages(req)
     codes = np.asarray(sorted(RECOMPUTE_CODES[r] for r in set(req.recompute_modes)))
     shard = (sel['dp'] * sel['cp'])[:, None, None]
     ok = np.broadcast_to((zeros[None, :, None] == 0) | (shard > 1),
@@ -188,7 +202,8 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
 
 def _memory_options(req: PlanRequest) -> MemoryOptions:
     return MemoryOptions(precision=req.precision, optimizer=req.optimizer,
-                         attention=req.attention, framework=req.framework, loss=req.loss_kind)
+                         attention=req.attention, framework=req.framework, loss=req.loss_kind,
+                         lora=req.lora)
 
 
 def _config_arrays(req: PlanRequest, grid: LayoutArrays) -> ConfigArrays:
@@ -308,7 +323,8 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
     st = step_time_arrays(req.model, req.seq_len, req.gpu, req.inter_node, layout,
                           precision=req.precision, optimizer=req.optimizer,
                           attention=req.attention, framework=req.framework,
-                          options=req.step_options, calibration=req.calibration)
+                          options=req.step_options, calibration=req.calibration,
+                          lora=req.lora)
     step(0.85)
     if req.length is not None:
         tr = training_time(st.step_time_s, batch, req.seq_len, st.gpus, req.length, req.price)

@@ -15,6 +15,11 @@ micro-batch. Collectives use the ring model (2(n-1)/n · S / B_bus for an all-re
 over the slowest link the group spans. Every formula, default and source is in
 ``docs/time-model.md``.
 
+With a :class:`~planner.training.LoraSpec` the base is frozen (PEFT): no weight-gradient
+GEMMs for it, adapters' FLOPs and memory traffic added, DP/ZeRO traffic and the optimizer
+step over the adapters only (ZeRO-3 still gathers the whole frozen base), and a 4/8-bit
+base dequantized before every use (docs/time-model.md §1.7).
+
 All functions take numpy arrays for the per-candidate axes (:class:`LayoutArrays`)
 and return arrays of the broadcast shape; the model, GPU and recipe are scalars.
 """
@@ -31,7 +36,15 @@ from planner.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
 from planner.errors import InputError
 from planner.hardware import GpuSpec, LinkSpec
 from planner.model_spec import ModelSpec
-from planner.recipes import OPTIMIZERS, RECIPES
+from planner.model_states import (
+    ADAPTER_BYTES,
+    lora_base_bytes_per_param,
+    lora_params,
+    lora_weight_bytes,
+    stage_params,
+)
+from planner.recipes import OPTIMIZERS, RECIPES, OptimizerKind, PrecisionRecipe
+from planner.training import LoraSpec
 
 RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')  # index = recompute code
 SECONDS_PER_DAY = 86_400.0
@@ -105,9 +118,12 @@ class StepTimeArrays:
 
     ``compute_s + elementwise_s + bubble_s + tp_comm_s + cp_comm_s + pp_comm_s + dp_comm_s
     + optimizer_s + overhead_s == step_time_s``; the communication parts are the
-    *exposed* time. ``dp_traffic_s`` is the unhidden DP/ZeRO traffic time, for
-    reference. MFU and HFU follow PaLM (attention counted without the causal
-    saving); ``achieved_flops_per_gpu`` is HFU x peak (Narayanan's TF/GPU).
+    *exposed* time. ``dp_traffic_s`` is the unhidden DP/ZeRO traffic time and
+    ``dequant_s`` the part of ``elementwise_s`` that dequantizes a QLoRA base (0
+    otherwise), both for reference. MFU and HFU follow PaLM (attention counted without
+    the causal saving) over the FLOPs the step needs: under LoRA those of a frozen base
+    (no weight gradients), not 6N. ``achieved_flops_per_gpu`` is HFU x peak
+    (Narayanan's TF/GPU).
     """
 
     compute_s: np.ndarray
@@ -132,6 +148,7 @@ class StepTimeArrays:
     mfu: np.ndarray
     hfu: np.ndarray
     achieved_flops_per_gpu: np.ndarray
+    dequant_s: np.ndarray
 
 
 def _stage_params(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
@@ -163,6 +180,161 @@ def _elementwise_bytes_per_token(model: ModelSpec, seq_len: int, attention: str,
     return act_bytes * np.array([3 * fwd, 3 * fwd + scores, 4 * fwd])
 
 
+# ---- LoRA / QLoRA (docs/time-model.md §1.7) ------------------------------------------------
+
+# PEFT's lora.Linear around its rank-r GEMMs, per adapted projection and token, in
+# activation elements (rough counts of its eager ops; docs/time-model.md §1.7). Input side:
+# lora_A reads the input (1) and, backward, writes the input's gradient, reads the saved
+# input for its weight gradient and adds its gradient to the base's (1 + 1 + 3). When the
+# input is not in the adapters' fp32, PEFT casts it to fp32 and autocast casts that back
+# to bf16 (read 1 + write 2, read 2 + write 1), and backward casts the gradient through
+# both (6 more each way). Output side: lora_B writes (1), the scaling reads and writes (2),
+# the sum with the base output reads two and writes one (3); backward the scaling again
+# (2) and lora_B's two GEMMs read the gradient (2). The QLoRA layer clones the base
+# output first (2).
+ADAPTER_IN_FWD, ADAPTER_IN_BWD, ADAPTER_CAST = 1.0, 5.0, 6.0
+ADAPTER_OUT_FWD, ADAPTER_OUT_BWD, QLORA_CLONE = 6.0, 4.0, 2.0
+# bitsandbytes' double quantization writes an fp32 absmax per 64 weights before the
+# weights themselves are dequantized.
+NF4_ABSMAX_BYTES = 4.0 / 64
+
+
+def training_flops_per_token(model: ModelSpec, seq_len: int, recompute: str = 'none',
+                             causal: bool = True, lora: LoraSpec | None = None) -> float:
+    """FLOPs per token of one training step, full or LoRA on a frozen base.
+
+    A frozen linear layer still needs its input's gradient (backpropagation continues
+    through it to the adapters below) but no weight gradient: every matmul weight, the
+    output head included, loses that GEMM, 2 FLOPs per weight per token. The adapters
+    cost 2 forward and 4 backward (their weight and input gradients) per adapter
+    parameter, and full recompute runs their forward again. Without ``lora`` this is
+    ``ModelSpec.training_flops_per_token``.
+    """
+    full = model.training_flops_per_token(seq_len, recompute, causal)
+    if lora is None:
+        return full
+    adapters = float(lora_params(model, lora))
+    again = 2.0 * adapters if recompute == 'full' else 0.0
+    return full - 2.0 * model.matmul_params_per_token() + 6.0 * adapters + again
+
+
+def _flops_per_token(model: ModelSpec, seq_len: int, causal: bool,
+                     lora: LoraSpec | None) -> tuple[np.ndarray, float, float]:
+    """(training FLOPs per token by recompute code, forward FLOPs, head fwd + bwd FLOPs).
+
+    The head's share is 6·V·h in full training and 4·V·h on a frozen head (forward and
+    input gradient); it is never recomputed.
+    """
+    per_mode = np.array([training_flops_per_token(model, seq_len, mode, causal, lora)
+                         for mode in RECOMPUTE_MODES])
+    fwd = model.forward_flops_per_token(seq_len, causal)
+    head = (4.0 if lora is not None else 6.0) * model.vocab_size * model.hidden_size
+    if lora is not None:
+        fwd += 2.0 * lora_params(model, lora)
+    return per_mode, fwd, head
+
+
+def _adapter_bytes_per_token(model: ModelSpec, r: PrecisionRecipe,
+                             lora: LoraSpec | None) -> np.ndarray:
+    """Memory-bound bytes per token per layer of PEFT's adapter path, by recompute code.
+
+    Rank-r GEMMs read and write h-wide tensors for r-wide work: they are bound by
+    memory, not FLOPs, and PEFT adds casts, a scaling and a sum around them. The input
+    is cast when it is not fp32 already, except in the QLoRA layer under autocast
+    (``lora.bnb.Linear4bit`` skips the cast there). Full recompute runs the forward
+    part again; selective recompute does not touch the projections.
+    """
+    if lora is None:
+        return np.zeros(len(RECOMPUTE_MODES))
+    cast = (lora.frozen_bytes(r.act_bytes) != ADAPTER_BYTES
+            and not (lora.quantized and r.autocast))
+    in_fwd = ADAPTER_IN_FWD + (ADAPTER_CAST if cast else 0.0)
+    in_bwd = ADAPTER_IN_BWD + (ADAPTER_CAST if cast else 0.0)
+    out_fwd = ADAPTER_OUT_FWD + (QLORA_CLONE if lora.quantized else 0.0)
+    shapes = lora.adapted(model).values()
+    fan_in, fan_out = sum(i for i, _ in shapes), sum(o for _, o in shapes)
+    fwd = r.act_bytes * (in_fwd * fan_in + out_fwd * fan_out)
+    bwd = r.act_bytes * (in_bwd * fan_in + ADAPTER_OUT_BWD * fan_out)
+    return np.array([fwd + bwd, fwd + bwd, 2 * fwd + bwd])
+
+
+def _dequant_bytes_per_param(r: PrecisionRecipe, lora: LoraSpec | None) -> np.ndarray:
+    """Bytes moved per frozen projection weight to dequantize it, by recompute code.
+
+    bitsandbytes dequantizes a 4/8-bit weight to the compute dtype before every matmul
+    that uses it: the forward, the input's gradient in backward, and the forward again
+    under full recompute (selective recompute re-runs only the attention core). Each use
+    reads the stored bytes and writes the dequantized copy (plus NF4's fp32 absmax).
+    """
+    if lora is None or not lora.quantized:
+        return np.zeros(len(RECOMPUTE_MODES))
+    per_use = lora_base_bytes_per_param(r, lora) + lora.frozen_bytes(r.act_bytes)
+    per_use += NF4_ABSMAX_BYTES if lora.base_bits == 4 else 0.0
+    return per_use * np.array([2.0, 2.0, 3.0])
+
+
+@dataclass
+class _StageBytes:
+    """What DP/ZeRO moves and the optimizer updates on the busiest stage's rank.
+
+    Attributes:
+        grad_bytes: the gradients reduced (all trainable parameters).
+        update_bytes: what ZeRO-1/2 all-gather after the step (the updated parameters).
+        gather_bytes: what ZeRO-3 gathers per forward and backward (every parameter,
+            trainable or frozen, at its stored size).
+        trainable: trainable elements (the optimizer's work).
+        quantized: quantized frozen elements (dequantized per use).
+    """
+
+    grad_bytes: np.ndarray
+    update_bytes: np.ndarray
+    gather_bytes: np.ndarray
+    trainable: np.ndarray
+    quantized: np.ndarray
+
+
+def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
+                 lora: LoraSpec | None) -> _StageBytes:
+    """Per-rank parameter bytes of the busiest stage, full training or LoRA.
+
+    Full training moves every parameter in the recipe's gradient and weight bytes. Under
+    LoRA only the fp32 adapters are reduced and updated, but ZeRO-3 gathers the frozen
+    base too, at its stored size (``planner.model_states.lora_weight_bytes``: NF4 for
+    QLoRA); the larger of the first and last stage counts.
+    """
+    if lora is None:
+        psi = _stage_params(model, p) / t
+        return _StageBytes(grad_bytes=psi * r.grad_bytes, update_bytes=psi * r.weight_bytes,
+                           gather_bytes=psi * r.weight_bytes, trainable=psi,
+                           quantized=np.zeros(np.shape(psi)))
+    one = np.ones(np.shape(p), int)
+    stages = [stage_params(model, t, p, one, stage, lora) for stage in ('first', 'last')]
+    trainable = np.maximum(*(s.trainable_dense + s.trainable_expert for s in stages))
+    gather = np.maximum(*(lora_weight_bytes(s, r, lora) for s in stages))
+    quantized = (np.maximum(*(s.matmul - s.head_matmul for s in stages)) if lora.quantized
+                 else np.zeros(np.shape(trainable)))
+    adapters = ADAPTER_BYTES * trainable
+    return _StageBytes(grad_bytes=adapters, update_bytes=adapters, gather_bytes=gather,
+                       trainable=trainable, quantized=quantized)
+
+
+def _optimizer_bytes_per_param(r: PrecisionRecipe, opt: OptimizerKind,
+                               lora: LoraSpec | None) -> float:
+    """Bytes the update touches per trainable parameter (memory-bound).
+
+    Read the gradient, read and write the master copy and the states, write the weights
+    (read and write them when they are the master). PEFT's adapters are fp32 with no
+    master copy, whatever the recipe.
+    """
+    states = 0 if opt.factored else opt.states
+    if lora is not None:
+        state_bytes = opt.state_bytes_override or ADAPTER_BYTES
+        return ADAPTER_BYTES + 2 * states * state_bytes + 2 * ADAPTER_BYTES
+    state_bytes = opt.state_bytes_override or r.state_bytes
+    return (r.grad_bytes + 2 * r.master_bytes + 2 * states * state_bytes
+            + (r.weight_bytes if r.master_bytes else 2 * r.weight_bytes))
+
+
 def _ring_bandwidth(span_gpus, members_per_node, gpus_per_node, intra_bps, inter_bps):
     """Bus bandwidth of a collective over ranks spread as described.
 
@@ -178,7 +350,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                      layout: LayoutArrays, *, precision: str = 'bf16-mixed',
                      optimizer: str = 'adamw', attention: str = 'flash',
                      framework: str = 'megatron', options: StepTimeOptions | None = None,
-                     calibration: CalibrationProfile | Mapping | None = None) -> StepTimeArrays:
+                     calibration: CalibrationProfile | Mapping | None = None,
+                     lora: LoraSpec | None = None) -> StepTimeArrays:
     """Time one optimizer step for every candidate in ``layout``.
 
     Args:
@@ -195,6 +368,10 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
             PyTorch, slower; ``planner.efficiency.framework_factor``).
         options: model constants; defaults documented in docs/time-model.md.
         calibration: measured efficiencies replacing the default curve.
+        lora: train LoRA adapters on a frozen base (QLoRA with ``base_bits`` 4 or 8)
+            instead of every weight. PEFT runs it data parallel only, so the plan
+            search passes TP = PP = CP = 1; other layouts are timed by the same
+            formulas.
 
     Raises:
         InputError: a candidate spans nodes and no inter-node link is given.
@@ -217,10 +394,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
 
     # ---- FLOPs the GPUs execute (causal saving only with flash attention)
     causal = attention == 'flash'
-    per_mode = np.array([model.training_flops_per_token(s, mode, causal)
-                         for mode in RECOMPUTE_MODES])
-    fwd_tok = model.forward_flops_per_token(s, causal)
-    head_tok = 6.0 * model.vocab_size * h  # fwd + bwd of the output head, never recomputed
+    # fwd + bwd of the output head is never recomputed
+    per_mode, fwd_tok, head_tok = _flops_per_token(model, s, causal, lora)
     layer_tok = (per_mode[rc] - head_tok) / layers
     bwd_fraction = (per_mode[rc] - fwd_tok) / per_mode[rc]
     first_layers, last_layers = np.ceil(layers / p), np.floor(layers / p)
@@ -234,9 +409,14 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     # Memory-bound work between the GEMMs (norms, activations, dropout, residual adds and,
     # with eager attention, the s^2 softmax) costs bytes / HBM bandwidth. It is what makes
     # narrow models slower per FLOP: GEMM FLOPs grow as h^2, these bytes as h.
-    elementwise = _elementwise_bytes_per_token(model, s, attention, r.act_bytes)[rc]
-    elementwise_mb = (busy_layers * elementwise * tokens_mb / t
-                      / (gpu.hbm_bandwidth_bytes_per_s * o.hbm_efficiency))
+    # Under LoRA the adapters' own path is memory-bound too, and a QLoRA base is
+    # dequantized before every use (once per micro-batch for each use, whatever its size).
+    hbm_bps = gpu.hbm_bandwidth_bytes_per_s * o.hbm_efficiency
+    elementwise = (_elementwise_bytes_per_token(model, s, attention, r.act_bytes)[rc]
+                   + _adapter_bytes_per_token(model, r, lora)[rc])
+    sb = _stage_bytes(model, r, t, p, lora)
+    dequant_mb = sb.quantized * _dequant_bytes_per_param(r, lora)[rc] / hbm_bps
+    elementwise_mb = busy_layers * elementwise * tokens_mb / t / hbm_bps + dequant_mb
     gemm_mb = stage_tok * tokens_mb / t / (peak * eta)
     compute_mb = gemm_mb + elementwise_mb
     fwd_mb, bwd_mb = compute_mb * (1 - bwd_fraction), compute_mb * bwd_fraction
@@ -270,9 +450,9 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     pp_mb = np.where(p > 1, 2 * v * (pp_msg / pp_bps + pp_lat) * (1 - o.pp_overlap), 0.0)
 
     # ---- DP / ZeRO over the dp x cp ranks (stride t): gradients reduced, ZeRO shards.
+    # Under LoRA only the adapters' gradients and updates move; ZeRO-3 gathers the base.
     n = d * c
-    psi_rank = _stage_params(model, p) / t
-    grad_bytes, weight_bytes = psi_rank * r.grad_bytes, psi_rank * r.weight_bytes
+    grad_bytes, update_bytes, gather_bytes = sb.grad_bytes, sb.update_bytes, sb.gather_bytes
     dp_span = t * n
     dp_bps = _ring_bandwidth(dp_span, np.minimum(g // t, n), g, intra_bps, inter_bps)
     dp_lat = np.where(dp_span <= g, o.intra_node_latency_s, inter_lat)
@@ -290,17 +470,17 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     step_dp = np.select(
         [zero == 0, zero == 1, zero == 2],
         [exposed(2 * rs(grad_bytes), bwd_mb),
-         exposed(rs(grad_bytes), bwd_mb) + exposed(rs(weight_bytes), fwd_mb),
-         exposed(rs(weight_bytes), fwd_mb)], 0.0)
+         exposed(rs(grad_bytes), bwd_mb) + exposed(rs(update_bytes), fwd_mb),
+         exposed(rs(update_bytes), fwd_mb)], 0.0)
     mb_dp = np.select(
         [zero == 2, zero == 3],
         [exposed(rs(grad_bytes), bwd_mb),
-         exposed(rs(weight_bytes), fwd_mb) + exposed(rs(weight_bytes) + rs(grad_bytes), bwd_mb)],
+         exposed(rs(gather_bytes), fwd_mb) + exposed(rs(gather_bytes) + rs(grad_bytes), bwd_mb)],
         0.0)
     traffic = np.select([zero == 0, zero == 1, zero == 2],
-                        [2 * rs(grad_bytes), rs(grad_bytes) + rs(weight_bytes),
-                         m * rs(grad_bytes) + rs(weight_bytes)],
-                        m * (2 * rs(weight_bytes) + rs(grad_bytes)))
+                        [2 * rs(grad_bytes), rs(grad_bytes) + rs(update_bytes),
+                         m * rs(grad_bytes) + rs(update_bytes)],
+                        m * (2 * rs(gather_bytes) + rs(grad_bytes)))
 
     # ---- Pipeline: every micro-batch crosses the busiest stage; (p-1)/v of a
     # micro-batch's time is the bubble (interleaved 1F1B).
@@ -308,18 +488,15 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     bubble = t_mb * (p - 1) / v
 
     # ---- Optimizer: read gradients, read/write master and states, write weights.
-    state_bytes = opt.state_bytes_override or r.state_bytes
-    states = 0 if opt.factored else opt.states
-    touched = (r.grad_bytes + 2 * r.master_bytes + 2 * states * state_bytes
-               + (r.weight_bytes if r.master_bytes else 2 * r.weight_bytes))
-    opt_params = psi_rank / np.where(zero >= 1, n, 1)
-    optimizer_s = opt_params * touched / (gpu.hbm_bandwidth_bytes_per_s * o.hbm_efficiency)
+    touched = _optimizer_bytes_per_param(r, opt, lora)
+    opt_params = sb.trainable / np.where(zero >= 1, n, 1)
+    optimizer_s = opt_params * touched / hbm_bps
 
     step = t_mb * m + bubble + step_dp + optimizer_s + o.step_overhead_s
     gpus = t * p * c * d
     tokens_step = b * m * d * s
-    model_flops = model.training_flops_per_token(s, 'none', causal=False) * tokens_step
-    paper_per_mode = np.array([model.training_flops_per_token(s, mode, causal=False)
+    model_flops = training_flops_per_token(model, s, 'none', False, lora) * tokens_step
+    paper_per_mode = np.array([training_flops_per_token(model, s, mode, False, lora)
                                for mode in RECOMPUTE_MODES])
     hardware_flops = paper_per_mode[rc] * tokens_step
     return StepTimeArrays(
@@ -332,7 +509,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
         samples_per_s=b * m * d / step, model_flops_per_step=model_flops,
         hardware_flops_per_step=hardware_flops,
         mfu=model_flops / (step * gpus * peak), hfu=hardware_flops / (step * gpus * peak),
-        achieved_flops_per_gpu=hardware_flops / (step * gpus))
+        achieved_flops_per_gpu=hardware_flops / (step * gpus),
+        dequant_s=np.broadcast_to(dequant_mb * m, np.shape(step)).astype(float))
 
 
 # ---- time to train ---------------------------------------------------------------------

@@ -54,6 +54,10 @@ class LoraSpec:
         if self.base_bits not in (4, 8, 16, 32):
             raise InputError('--lora-base-bits', f'got {self.base_bits}', '4, 8, 16 or 32')
 
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: rank, targets and base bits."""
+        return {'rank': self.rank, 'targets': list(self.targets), 'base_bits': self.base_bits}
+
     @property
     def quantized(self) -> bool:
         """Whether the base projections are stored below 16 bits (bitsandbytes)."""
@@ -183,9 +187,7 @@ class TrainingSetup:
                 continue
             value = getattr(self, f.name)
             if f.name == 'lora':
-                value = None if value is None else {
-                    'rank': value.rank, 'targets': list(value.targets),
-                    'base_bits': value.base_bits}
+                value = None if value is None else value.to_dict()
             out[f.name] = value
         out['loss'] = self.loss_kind
         return out

@@ -19,6 +19,7 @@ from planner.plan_file import GuidanceInputs, PlanFile, plan_file_from_search
 from planner.presets import find_preset
 from planner.search import LayoutLimits, PlanRequest, search
 from planner.step_time import TrainingLength
+from planner.training import LoraSpec
 
 STUBS = ('torchrun', 'accelerate', 'srun', 'python', 'llamafactory-cli')
 STUB = r'''#!/usr/bin/env bash
@@ -43,15 +44,15 @@ def make_plan(*, model: str = 'llama-3.2-1b', nodes: int = 2, gpus_per_node: int
               zero: int = 1, recompute: str = 'none', global_batch: int = 256,
               precision: str = 'amp-bf16', framework: str = 'hf', optimizer: str = 'adamw',
               base_lr: float | None = 3e-4, seq_len: int = 2048,
-              tokens: float = 2e10) -> PlanFile:
-    """A plan from a real search, pinned to one layout."""
+              tokens: float = 2e10, lora: LoraSpec | None = None) -> PlanFile:
+    """A plan from a real search, pinned to one layout (LoRA with ``lora``)."""
     request = PlanRequest(
         model=find_preset(model), seq_len=seq_len, gpu=find_gpu('h100-sxm'), max_nodes=nodes,
         gpus_per_node=gpus_per_node,
         inter_node=find_interconnect('ib-ndr') if nodes > 1 else None,
         global_batch=global_batch, length=TrainingLength(tokens=tokens),
         zero_stages=(zero,), recompute_modes=(recompute,), precision=precision,
-        optimizer=optimizer, framework=framework,
+        optimizer=optimizer, framework=framework, lora=lora,
         limits=LayoutLimits(gpus=(nodes * gpus_per_node,), tp=(tp,), pp=(pp,), cp=(cp,),
                             vpp=(vpp,), micro_batch=(micro_batch,),
                             min_tokens_per_cp_rank=1))

@@ -169,6 +169,68 @@ def learning_rate(plan: PlanFile) -> float | None:
     return None if lr is None else float(f'{lr:.3g}')
 
 
+# PEFT / LLaMA-Factory module names of LoraSpec.adapted()'s projections (Llama and Phi-3
+# naming: every Hugging Face decoder batchfit has a preset for but GPT-2 and GPT-NeoX).
+PEFT_MODULES = {'q': 'q_proj', 'k': 'k_proj', 'v': 'v_proj', 'o': 'o_proj',
+                'qkv': 'qkv_proj', 'gate': 'gate_proj', 'up': 'up_proj',
+                'gate_up': 'gate_up_proj', 'down': 'down_proj'}
+ALL_TARGETS = frozenset(('q', 'k', 'v', 'o', 'gate', 'up', 'down'))
+
+
+def lora_modules(plan: PlanFile) -> list[str] | None:
+    """The adapted modules' names for PEFT's ``target_modules``; None for every linear
+    layer of the decoder (PEFT's ``'all-linear'``, LLaMA-Factory's ``all``)."""
+    spec = plan.constraints.lora_spec
+    if spec is None or set(spec.targets) >= ALL_TARGETS:
+        return None
+    return [PEFT_MODULES[name] for name in spec.adapted(plan.model.spec)]
+
+
+def refuse_lora(plan: PlanFile, fmt: str, tool: str) -> None:
+    """Refuse a LoRA plan for a launcher whose trainer has no LoRA."""
+    if plan.constraints.lora is not None:
+        raise refuse(fmt, f'the plan fine-tunes LoRA adapters; {tool} trains every weight '
+                     '(no LoRA in its trainer)',
+                     'export it as hf, accelerate, deepspeed, torchrun, lightning, slurm or '
+                     'llamafactory')
+
+
+def lora_notes(plan: PlanFile) -> list[str]:
+    """What a training script must do to train the plan's LoRA adapters with PEFT.
+
+    The exact ``LoraConfig`` (and ``BitsAndBytesConfig`` for a quantized base) the
+    plan's memory and time were estimated for; nothing for full training.
+    """
+    spec = plan.constraints.lora_spec
+    if spec is None:
+        return []
+    dtype = 'torch.float16' if precision_kind(plan) == 'fp16' else 'torch.bfloat16'
+    modules = lora_modules(plan)
+    targets = "'all-linear'" if modules is None else repr(modules)
+    load = f'torch_dtype={dtype}' if spec.base_bits != 32 else 'torch_dtype=torch.float32'
+    if spec.base_bits == 4:
+        storage = (f', bnb_4bit_quant_storage={dtype}' if plan.candidate.zero == 3 else '')
+        load = ("quantization_config=BitsAndBytesConfig(load_in_4bit=True, "
+                "bnb_4bit_quant_type='nf4', bnb_4bit_use_double_quant=True, "
+                f'bnb_4bit_compute_dtype={dtype}{storage}), {load}')
+    elif spec.base_bits == 8:
+        load = f'quantization_config=BitsAndBytesConfig(load_in_8bit=True), {load}'
+    notes = [f'LoRA rank {spec.rank} ({", ".join(spec.targets)}; base {spec.base_bits}-bit): '
+             f'load the base with AutoModelForCausalLM.from_pretrained(..., {load}), then '
+             f'model = get_peft_model(model, LoraConfig(r={spec.rank}, '
+             f"target_modules={targets}, task_type='CAUSAL_LM')) in your training script "
+             "(adapters in fp32, lora_dropout 0: PEFT's defaults, as planned)"]
+    if plan.candidate.recompute != 'none':
+        notes.append('LoRA with activation checkpointing: call model.enable_input_require_grads() '
+                     "or pass gradient_checkpointing_kwargs={'use_reentrant': False}, else the "
+                     'frozen embedding output gives the checkpointed layers no gradient')
+    if plan.model.spec.fused_qkv and not plan.model.spec.fused_gate_up and modules is not None:
+        notes.append('LoRA module names follow Llama/Phi-3 (q_proj, ...): GPT-2 names them '
+                     'c_attn, c_proj and c_fc, GPT-NeoX query_key_value, dense, dense_h_to_4h '
+                     'and dense_4h_to_h')
+    return notes
+
+
 def header(plan: PlanFile, n: BatchNumbers, tool: str) -> list[str]:
     """The lines every export starts with (as comment text)."""
     c, m = plan.candidate, plan.model
@@ -183,6 +245,10 @@ def header(plan: PlanFile, n: BatchNumbers, tool: str) -> list[str]:
         f'global batch {n.global_batch} = micro-batch {n.micro_batch} x accumulation '
         f'{n.grad_accum} x DP {n.dp}',
     ]
+    spec = plan.constraints.lora_spec
+    if spec is not None:
+        lines.append(f'LoRA fine-tuning: rank {spec.rank} on {",".join(spec.targets)}, '
+                     f'{spec.base_bits}-bit frozen base')
     if g.learning_rate is not None:
         lines.append(f'learning rate {learning_rate(plan)}: {g.learning_rate_source}')
     if g.warmup_steps is not None:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from planner.export.base import Export, ExportOptions, learning_rate, precision_kind, refuse
+from planner.export.base import (
+    Export,
+    ExportOptions,
+    learning_rate,
+    lora_notes,
+    precision_kind,
+    refuse,
+)
 from planner.export.textfmt import json_text
 
 if TYPE_CHECKING:
@@ -87,6 +94,7 @@ def deepspeed_dict(plan: PlanFile, n: BatchNumbers, fmt: str = 'deepspeed', *,
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     """The DeepSpeed JSON."""
     config, notes = deepspeed_dict(plan, n)
+    notes += lora_notes(plan)
     if n.model_parallel > 1:
         notes.append(f'tp x pp x cp = {n.model_parallel}: train_batch_size counts the {n.dp} '
                      'data-parallel ranks only; pass your model-parallel unit as mpu= to '

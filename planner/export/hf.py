@@ -16,6 +16,7 @@ from planner.export.base import (
     ExportOptions,
     header,
     learning_rate,
+    lora_notes,
     precision_kind,
     require_data_parallel,
     sharding_backend,
@@ -121,7 +122,7 @@ def argv(args: dict[str, Any]) -> list[str]:
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     """torchrun + the Trainer script + TrainingArguments flags."""
     args, notes = training_arguments(plan, n, options)
-    notes = multi_node_notes(n, options) + notes
+    notes = multi_node_notes(n, options) + notes + lora_notes(plan)
     words = (torchrun_words(n, options) + script_words(options.script_or('train.py'))
              + argv(args) + [quote(a, 'script argument') for a in options.script_args])
     text = bash_script(header(plan, n, 'Hugging Face Trainer'), notes, [launch_line(words)])

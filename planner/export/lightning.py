@@ -15,6 +15,7 @@ from planner.export.base import (
     ExportOptions,
     header,
     learning_rate,
+    lora_notes,
     precision_kind,
     require_data_parallel,
     sharding_backend,
@@ -68,7 +69,7 @@ def trainer_settings(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
     if c.recompute != 'none':
         notes.append(f'recompute {c.recompute}: enable activation checkpointing in your '
                      'LightningModule (e.g. model.gradient_checkpointing_enable())')
-    return trainer, notes
+    return trainer, notes + lora_notes(plan)
 
 
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:

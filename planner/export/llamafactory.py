@@ -2,7 +2,8 @@
 
 The HF Trainer keys (``per_device_train_batch_size``, ``gradient_accumulation_steps``,
 ``learning_rate``, integer ``warmup_steps``, ``bf16``, ``gradient_checkpointing``,
-``deepspeed``) plus LLaMA-Factory's own (``stage: pt``, ``finetuning_type: full``).
+``deepspeed``) plus LLaMA-Factory's own (``stage: pt``, ``finetuning_type: full``, or
+``lora`` with ``lora_rank``, ``lora_target`` and, for QLoRA, ``quantization_bit``).
 The DeepSpeed config is embedded as a mapping. Multi-node runs are driven by
 environment variables (``FORCE_TORCHRUN``, ``NNODES``, ``NODE_RANK``...), written in
 the launch comment. The data set is the user's: a comment says where it goes.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from planner.export.base import Export, ExportOptions, header
+from planner.export.base import Export, ExportOptions, header, lora_modules, precision_kind
 from planner.export.hf import training_arguments
 from planner.export.launch import master_addr_word, node_rank_ref
 from planner.export.shell import comments
@@ -43,10 +44,36 @@ def llamafactory_config(plan: PlanFile, n: BatchNumbers,
         'stage': 'pt', 'do_train': True, 'finetuning_type': 'full',
         'cutoff_len': plan.targets.seq_len,
     }
+    config.update(lora_keys(plan))
+    spec = plan.constraints.lora_spec
+    if spec is not None and spec.base_bits == 32 and precision_kind(plan) not in ('fp32', 'tf32'):
+        notes.append('LLaMA-Factory loads the base in the compute dtype, not the planned fp32: '
+                     'less memory than planned')
     config.update(args)
     config.pop('optim', None)  # LLaMA-Factory sets its own optimizer choice
     notes.append('add your data set: dataset (and template for sft) from data/dataset_info.json')
     return config, notes
+
+
+def lora_keys(plan: PlanFile) -> dict[str, Any]:
+    """``finetuning_type: lora`` and its keys for a LoRA plan (nothing for full training).
+
+    ``lora_target`` is ``all`` (every linear layer but the head) or the module names;
+    a quantized base is bitsandbytes' on-the-fly ``quantization_bit`` (NF4 with double
+    quantization for 4 bits, LLaMA-Factory's defaults, written out as planned).
+    LLaMA-Factory's ``lora_alpha`` (2 x rank) and ``lora_dropout`` (0) stay its defaults.
+    """
+    spec = plan.constraints.lora_spec
+    if spec is None:
+        return {}
+    modules = lora_modules(plan)
+    keys: dict[str, Any] = {'finetuning_type': 'lora', 'lora_rank': spec.rank,
+                            'lora_target': 'all' if modules is None else ','.join(modules)}
+    if spec.base_bits == 4:
+        keys.update(quantization_bit=4, quantization_type='nf4', double_quantization=True)
+    elif spec.base_bits == 8:
+        keys['quantization_bit'] = 8
+    return keys
 
 
 def launch_text(n: BatchNumbers, options: ExportOptions) -> str:

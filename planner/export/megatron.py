@@ -19,6 +19,7 @@ from planner.export.base import (
     learning_rate,
     precision_kind,
     refuse,
+    refuse_lora,
 )
 from planner.export.launch import (
     bash_script,
@@ -42,10 +43,11 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
     """``(flag, value)`` pairs (value None for a switch) and notes.
 
     Raises:
-        InputError: ZeRO 2/3 (Megatron's distributed optimizer shards only the
-            optimizer states), a pipeline that does not divide the layers, or pure bf16.
+        InputError: a LoRA plan, ZeRO 2/3 (Megatron's distributed optimizer shards only
+            the optimizer states), a pipeline that does not divide the layers, or pure bf16.
     """
     c, m, notes = plan.candidate, plan.model.spec, []
+    refuse_lora(plan, 'megatron', 'Megatron-LM')
     if c.zero > 1:
         raise refuse('megatron', f'ZeRO {c.zero} shards gradients or parameters; Megatron\'s '
                      'distributed optimizer shards only the optimizer states (ZeRO-1), so the '

@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from planner.export import hf, megatron
-from planner.export.base import Export, ExportOptions, header
+from planner.export.base import Export, ExportOptions, header, lora_notes
 from planner.export.launch import (
     bash_script,
     exports,
@@ -73,6 +73,7 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
         program = script_words(options.script_or('train.py'))
         notes = ['your script reads the micro-batch, accumulation, learning rate and warmup '
                  'from the BATCHFIT_* variables']
+    notes = notes + lora_notes(plan)
     program += [quote(a, 'script argument') for a in options.script_args]
     endpoint = f'"$head_node":{options.master_port}'
     launch = torchrun_words(n, options, slurm_endpoint=endpoint)

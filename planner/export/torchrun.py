@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.export.base import Export, ExportOptions, header
+from planner.export.base import Export, ExportOptions, header, lora_notes
 from planner.export.launch import (
     bash_script,
     exports,
@@ -29,6 +29,7 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     notes = multi_node_notes(n, options)
     notes.append('torchrun starts the processes; your script reads the micro-batch, '
                  'accumulation, learning rate and warmup from the BATCHFIT_* variables')
+    notes += lora_notes(plan)
     words = torchrun_words(n, options) + script_words(options.script_or('train.py'),
                                                       options.script_args)
     body = [*exports(plan_variables(plan, n)), launch_line(words)]

@@ -27,6 +27,7 @@ from planner.export.base import (
     learning_rate,
     precision_kind,
     refuse,
+    refuse_lora,
 )
 from planner.export.launch import multi_node_notes, script_words, torchrun_words
 from planner.export.shell import command, comments
@@ -53,9 +54,11 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     """TOML tables, and notes.
 
     Raises:
-        InputError: fp16, pure bf16, an optimizer other than Adam(W), or uneven PP.
+        InputError: a LoRA plan, fp16, pure bf16, an optimizer other than Adam(W), or
+            uneven PP.
     """
     c, m, notes = plan.candidate, plan.model.spec, []
+    refuse_lora(plan, 'torchtitan', 'torchtitan')
     kind = precision_kind(plan)
     if kind in ('fp16', 'bf16-pure'):
         raise refuse('torchtitan', f'torchtitan trains in fp32 or bf16 mixed precision, not '

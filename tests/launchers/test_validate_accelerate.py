@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner.export import ExportOptions, export_plan
+from planner.training import LoraSpec
 from tests.export_helpers import make_plan, recorded_argv, run_script
 
 pytest.importorskip('accelerate')
@@ -80,3 +81,17 @@ def test_nested_keys_are_known():
         'deepspeed_multinode_launcher'}
     known |= {'offload_optimizer_device', 'offload_param_device'}
     assert set(config['deepspeed_config']) <= known
+
+
+@pytest.mark.parametrize(('zero', 'sharding'), [(0, 'deepspeed'), (3, 'deepspeed'), (3, 'fsdp')])
+def test_lora_plan_launches(tmp_path, zero, sharding):
+    if sharding == 'deepspeed' and zero:
+        pytest.importorskip('deepspeed')
+    plan = make_plan(nodes=2, micro_batch=2, zero=zero, recompute='full', global_batch=256,
+                     lora=LoraSpec(16, ('q', 'k', 'v', 'o', 'gate', 'up', 'down'), 4))
+    exported = export_plan(plan, 'accelerate', ExportOptions(sharding=sharding))
+    assert '# NOTE: LoRA rank 16' in exported.text
+    args, env, config = launched(tmp_path, exported.text)
+    assert config.num_processes == 16
+    assert torchrun_launch(args).nproc_per_node == 8
+    assert env['ACCELERATE_MIXED_PRECISION'] == 'bf16'

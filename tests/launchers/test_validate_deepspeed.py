@@ -7,6 +7,7 @@ import json
 import pytest
 
 from planner.export import export_plan
+from planner.training import LoraSpec
 from tests.export_helpers import make_plan
 
 pytest.importorskip('deepspeed')
@@ -47,3 +48,17 @@ def test_model_parallel_plan_counts_dp_not_world():
     deepspeed_config(doc, dp=plan.candidate.dp)  # DP 8: accepted
     with pytest.raises(AssertionError, match='train_batch_size is not equal'):
         deepspeed_config(doc, dp=32)  # the GPU count would be wrong (LAUNCHERS §4)
+
+
+QLORA = LoraSpec(16, ('q', 'k', 'v', 'o', 'gate', 'up', 'down'), 4)  # all linear, 4-bit
+
+@pytest.mark.parametrize('zero', [0, 2, 3])
+def test_lora_plan_config_accepted(tmp_path, zero):
+    plan = make_plan(nodes=2, micro_batch=2, zero=zero, global_batch=256, lora=QLORA)
+    exported = export_plan(plan, 'deepspeed')
+    assert any('LoraConfig(' in note for note in exported.notes)  # JSON: the notes go aside
+    path = tmp_path / exported.filename
+    path.write_text(exported.text)
+    config = deepspeed_config(str(path), dp=plan.candidate.dp)
+    assert config.train_batch_size == 256
+    assert config.zero_optimization_stage == zero

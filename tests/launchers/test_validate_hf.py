@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner.export import ExportOptions, export_plan
+from planner.training import LoraSpec
 from tests.export_helpers import make_plan, recorded_argv, run_script
 from tests.launchers.torchrun_check import check_launch
 
@@ -78,3 +79,27 @@ def test_fsdp(tmp_path, zero):
 def test_unknown_flag_would_be_caught():
     with pytest.raises(ValueError, match='not used by the HfArgumentParser'):
         training_arguments(['--per_device_train_batch_sz', '2'])
+
+
+QLORA = LoraSpec(16, ('q', 'k', 'v', 'o', 'gate', 'up', 'down'), 4)  # all linear, 4-bit
+
+@pytest.mark.parametrize(('zero', 'lora'), [(0, LoraSpec(8)), (3, QLORA)])
+def test_lora_plan_arguments_still_parse(tmp_path, zero, lora):
+    """A LoRA export is the same command with a NOTE: the Trainer still accepts it."""
+    pytest.importorskip('deepspeed')
+    from tests.launchers.deepspeed_check import deepspeed_config
+
+    plan = make_plan(nodes=2, micro_batch=2, zero=zero, recompute='full', global_batch=256,
+                     lora=lora)
+    text = export_plan(plan, 'hf').text
+    assert '# NOTE: LoRA rank' in text
+    run_script(text, tmp_path, {'NODE_RANK': '0', 'MASTER_ADDR': 'h'})
+    args = training_arguments(script_argv(tmp_path, 2, 8))
+    c = plan.candidate
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (
+        c.micro_batch, c.grad_accum)
+    assert args.gradient_checkpointing
+    if zero:
+        ds = resolved_deepspeed_config(args, c.dp, plan.model.spec.hidden_size, plan.steps)
+        assert ds['zero_optimization']['stage'] == zero
+        deepspeed_config(ds, dp=c.dp)

@@ -8,6 +8,7 @@ from unittest import mock
 import pytest
 
 from planner.export import ExportOptions, export_plan
+from planner.training import LoraSpec
 from tests.export_helpers import make_plan
 
 pytest.importorskip('lightning')
@@ -81,3 +82,12 @@ def test_lightning_cli_reads_the_yaml(tmp_path):
                            seed_everything_default=False)
     assert cli.trainer.accumulate_grad_batches == plan.candidate.grad_accum
     assert cli.trainer.num_devices == 8
+
+
+def test_lora_plan_trainer_accepts_settings():
+    plan = make_plan(nodes=2, zero=0, global_batch=256, lora=LoraSpec(8, ('q', 'v')))
+    exported = export_plan(plan, 'lightning')
+    assert "# NOTE: LoRA rank 8 (q, v; base 16-bit)" in exported.text
+    trainer = trainer_from(exported.text)
+    assert trainer.world_size == 16
+    assert trainer.accumulate_grad_batches == plan.candidate.grad_accum

@@ -14,6 +14,7 @@ from unittest import mock
 import pytest
 
 from planner.export import ExportOptions, export_plan
+from planner.training import LoraSpec
 from tests.export_helpers import make_plan
 
 os.environ.setdefault('DISABLE_VERSION_CHECK', '1')
@@ -57,3 +58,44 @@ def test_yaml_parses_with_the_plan_numbers(zero, sharding):
 def test_unknown_key_would_be_caught():
     with pytest.raises(ValueError, match='not used by the HfArgumentParser'):
         parse('model_name_or_path: x\nper_device_train_batch_sz: 2\n')
+
+
+def verify(parsed) -> None:
+    """LLaMA-Factory's own checks of the model and fine-tuning arguments (get_train_args
+    runs them after parsing; the rest of it needs the model and data sets)."""
+    from llamafactory.hparams.parser import _verify_model_args
+
+    model, data, _, finetuning, _ = parsed
+    _verify_model_args(model, data, finetuning)
+
+
+@pytest.mark.parametrize(('lora', 'zero', 'target'), [
+    (LoraSpec(16), 0, ['q_proj', 'k_proj', 'v_proj', 'o_proj']),
+    (LoraSpec(64, ('q', 'k', 'v', 'o', 'gate', 'up', 'down'), 4), 3, ['all']),
+    (LoraSpec(8, ('q', 'v', 'down'), 4), 2, ['q_proj', 'v_proj', 'down_proj']),
+    (LoraSpec(8, ('q', 'v'), 8), 1, ['q_proj', 'v_proj']),
+])
+def test_lora_yaml_parses_and_passes_the_model_checks(lora, zero, target):
+    plan = make_plan(nodes=2, zero=zero, recompute='full', global_batch=256, lora=lora)
+    parsed = parse(export_plan(plan, 'llamafactory').text)
+    verify(parsed)
+    model, _, training, finetuning, _ = parsed
+    assert finetuning.finetuning_type == 'lora'
+    assert finetuning.lora_rank == lora.rank
+    assert finetuning.lora_target == target
+    assert finetuning.lora_dropout == 0.0
+    if lora.quantized:
+        assert model.quantization_bit == lora.base_bits
+        assert model.quantization_type == 'nf4'
+        assert model.double_quantization
+    else:
+        assert model.quantization_bit is None
+    assert training.per_device_train_batch_size == plan.candidate.micro_batch
+    assert training.gradient_accumulation_steps == plan.candidate.grad_accum
+
+
+def test_quantization_without_lora_would_be_caught():
+    plan = make_plan(nodes=1, zero=0, global_batch=64)
+    text = export_plan(plan, 'llamafactory').text + 'quantization_bit: 4\n'
+    with pytest.raises(ValueError, match='only compatible with the LoRA'):
+        verify(parse(text))

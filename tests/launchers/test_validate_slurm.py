@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from planner.export import ExportOptions, export_plan
+from planner.training import LoraSpec
 from tests.export_helpers import make_plan, recorded_argv, recorded_env, renamed, run_script
 from tests.launchers.torchrun_check import check_launch
 
@@ -85,3 +86,17 @@ def test_srun_line_gives_each_node_the_c10d_rendezvous(tmp_path, payload, framew
     assert not any('NODE_RANK' in arg or 'node_rank' in arg for arg in argv)
     env = recorded_env(tmp_path, 'torchrun')
     assert (env.get('CUDA_DEVICE_MAX_CONNECTIONS') == '1') == (tp > 1)
+
+
+QLORA = LoraSpec(16, ('q', 'k', 'v', 'o', 'gate', 'up', 'down'), 4)  # all linear, 4-bit
+
+@pytest.mark.parametrize('payload', ['hf', 'torchrun'])
+def test_lora_plan_sbatch_and_srun(tmp_path, payload):
+    plan = make_plan(nodes=2, zero=3, global_batch=256, lora=QLORA)
+    text = export_plan(plan, 'slurm', ExportOptions(payload=payload)).text
+    assert '# NOTE: LoRA rank 16' in text
+    done = sbatch_test_only(text, tmp_path)
+    assert NO_CONTROLLER in done.stderr, done.stderr
+    run_script(text, tmp_path, {'SLURM_JOB_ID': '7', 'SLURM_NNODES': '2',
+                                'SLURM_JOB_NODELIST': 'gpu-node-[007-008]'})
+    check_launch(recorded_argv(tmp_path, 'torchrun'), 2, 8)

@@ -13,6 +13,7 @@ from planner.export import EXPORTERS, ExportOptions, export_plan
 from planner.export.batch import check_candidate
 from planner.plan_file import write_plan
 from planner.toml_compat import tomllib
+from planner.training import LoraSpec
 from tests.cli_helpers import run_cli
 from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_script
 
@@ -157,3 +158,86 @@ def test_export_cli_errors(tmp_path, capsys, mp_plan):
     code, _, err = run_cli(capsys, 'export', str(tmp_path / 'missing.json'), '--format', 'hf')
     assert code == EXIT_BAD_INPUT
     assert 'no such plan file' in err
+
+
+# ---- LoRA / QLoRA plans ------------------------------------------------------------------
+
+ALL_LINEAR = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
+
+
+@pytest.fixture(scope='module')
+def lora_plan():
+    return make_plan(nodes=2, zero=0, global_batch=256, lora=LoraSpec(16, ('q', 'v', 'down')))
+
+
+@pytest.fixture(scope='module')
+def qlora_plan():
+    return make_plan(nodes=1, zero=3, recompute='full', global_batch=64,
+                     lora=LoraSpec(64, ALL_LINEAR, 4))
+
+
+@pytest.mark.parametrize('fmt', ['megatron', 'torchtitan'])
+def test_launchers_without_lora_refuse_lora_plans(lora_plan, capsys, tmp_path, fmt):
+    with pytest.raises(InputError, match=f'--format {fmt}: the plan fine-tunes LoRA adapters'):
+        export_plan(lora_plan, fmt)
+    path = tmp_path / 'plan.json'
+    write_plan(path, lora_plan)
+    code, out, err = run_cli(capsys, 'export', str(path), '--format', fmt)
+    assert code == EXIT_BAD_INPUT
+    assert out == ''
+    assert err.count('\n') == 1
+    with pytest.raises(InputError, match='--format megatron: the plan fine-tunes LoRA'):
+        export_plan(lora_plan, 'slurm', ExportOptions(payload='megatron'))
+
+
+@pytest.mark.parametrize('fmt', ['hf', 'accelerate', 'deepspeed', 'torchrun', 'lightning',
+                                 'slurm'])
+def test_peft_launchers_keep_their_command_and_say_which_lora_config(lora_plan, qlora_plan,
+                                                                     fmt):
+    full = export_plan(make_plan(nodes=2, zero=0, global_batch=256), fmt)
+    lora = export_plan(lora_plan, fmt)
+    config = ("LoraConfig(r=16, target_modules=['q_proj', 'v_proj', 'down_proj'], "
+              "task_type='CAUSAL_LM')")
+    assert any(config in note for note in lora.notes)
+    assert any('torch_dtype=torch.bfloat16' in note for note in lora.notes)
+    assert not any('BitsAndBytesConfig' in note for note in lora.notes)
+    assert not any('LoraConfig' in note for note in full.notes)
+    if fmt != 'deepspeed':  # JSON has no comments: the notes go to stderr
+        assert f'# NOTE: {next(n for n in lora.notes if config in n)}' in lora.text
+        assert '# LoRA fine-tuning: rank 16 on q,v,down, 16-bit frozen base' in lora.text
+        strip = [line for line in lora.text.splitlines() if not line.startswith('#')]
+        assert strip == [line for line in full.text.splitlines() if not line.startswith('#')]
+    q = export_plan(qlora_plan, fmt)
+    note = next(n for n in q.notes if 'LoraConfig' in n)
+    assert ("BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
+            "bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16, "
+            "bnb_4bit_quant_storage=torch.bfloat16)") in note  # ZeRO-3: storage as FSDP needs
+    assert "LoraConfig(r=64, target_modules='all-linear', task_type='CAUSAL_LM')" in note
+    assert any('enable_input_require_grads' in n for n in q.notes)  # with checkpointing
+
+
+def test_llamafactory_lora_keys(lora_plan, qlora_plan):
+    text = export_plan(lora_plan, 'llamafactory').text
+    assert 'finetuning_type: "lora"' in text
+    assert 'finetuning_type: "full"' not in text
+    assert 'lora_rank: 16' in text
+    assert 'lora_target: "q_proj,v_proj,down_proj"' in text
+    assert 'quantization_bit' not in text
+    text = export_plan(qlora_plan, 'llamafactory').text
+    for line in ('lora_rank: 64', 'lora_target: "all"', 'quantization_bit: 4',
+                 'quantization_type: "nf4"', 'double_quantization: true'):
+        assert line in text
+    full = export_plan(make_plan(nodes=1, zero=0, global_batch=64), 'llamafactory').text
+    assert 'finetuning_type: "full"' in full
+    assert 'lora_rank' not in full
+
+
+def test_fused_projections_get_their_module_names():
+    plan = make_plan(model='phi-3-mini', nodes=1, zero=0, global_batch=64, micro_batch=1,
+                     lora=LoraSpec(8, ('q', 'v', 'up')))
+    note = next(n for n in export_plan(plan, 'hf').notes if 'LoraConfig' in n)
+    assert "target_modules=['qkv_proj', 'gate_up_proj']" in note
+    gpt2 = make_plan(model='gpt2-124m', nodes=1, zero=0, global_batch=64, seq_len=1024,
+                     lora=LoraSpec(8, ('q', 'v')))
+    notes = export_plan(gpt2, 'hf').notes
+    assert any('GPT-2 names them c_attn' in n for n in notes)

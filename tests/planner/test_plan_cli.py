@@ -95,7 +95,11 @@ def test_no_exact_factorisation_exits_1_with_the_nearest_batches(capsys):
     (['--global-batch', '64', '--tokens', '1e9', '--epochs', '2'], '--epochs'),
     (['--global-batch', '64', '--tokens', '1e9', '--inter-node', 'pigeon'], '--inter-node'),
     (['--global-batch', '64', '--tokens', '1e9', '--base-lr', '1e-4'], '--base-lr'),
-    (['--global-batch', '64', '--tokens', '1e9', '--lora-rank', '8'], '--lora-rank'),
+    (['--global-batch', '64', '--tokens', '1e9', '--lora-rank', '8'], '--framework'),
+    (['--global-batch', '64', '--tokens', '1e9', '--lora-rank', '0'], '--lora-rank'),
+    (['--global-batch', '64', '--tokens', '1e9', '--qlora'], '--qlora'),
+    (['--global-batch', '64', '--tokens', '1e9', '--lora-rank', '8', '--lora-targets', 'q,x'],
+     '--lora-targets'),
     (['--global-batch', '64', '--tokens', '1e9', '--sort', 'speed'], '--sort'),
     (['--global-batch', '64', '--tokens', '1e9', '--margin', '1.5'], '--margin'),
     (['--global-batch', '64', '--tokens', '1e9', '--max-tp', '0'], '--max-tp'),
@@ -118,3 +122,43 @@ def test_unknown_model_is_an_input_error(capsys):
     assert code == EXIT_BAD_INPUT
     assert '--model' in err
     assert len(err.strip().splitlines()) == 1
+
+
+# ---- LoRA / QLoRA --------------------------------------------------------------------------------
+
+LORA = ['plan', '--model', 'llama-3.1-8b', '--seq-len', '4096', '--gpu', 'h100',
+        '--global-batch', '64', '--tokens', '1B']
+
+
+def test_lora_text_report(capsys):
+    code, out, err = run_cli(capsys, *LORA, '--lora-rank', '16', '--qlora',
+                             '--lora-targets', 'q,k,v,o,gate,up,down')
+    assert code == 0, err
+    assert ('LoRA rank 16 on q,k,v,o,gate,up,down · QLoRA: 4-bit NF4 base · 41.9 M trainable '
+            'parameters (0.52%) · data parallel only (TP = PP = CP = 1)') in out
+    assert 'QLoRA dequantization' in out
+    assert 'note: LoRA: the DeepSeek law is fitted on full pretraining' in out
+    assert ' 1/1/1/8 ' in out
+    assert err == ''
+
+
+def test_lora_json_carries_the_spec(capsys):
+    code, out, _ = run_cli(capsys, *LORA, '--lora-rank', '8', '--json', '--top', '3')
+    assert code == 0
+    doc = json.loads(out)
+    assert doc['request']['lora'] == {'rank': 8, 'targets': ['q', 'k', 'v', 'o'],
+                                      'base_bits': 16, 'trainable_parameters': 6_815_744}
+    for c in doc['candidates']:
+        assert (c['tp'], c['pp'], c['cp'], c['vpp']) == (1, 1, 1, 1)
+        assert c['dequant_s'] == 0.0
+        assert sum(c['step_breakdown_s'].values()) == pytest.approx(c['step_time_s'])
+    code, out, _ = run_cli(capsys, *LORA, '--json', '--top', '1')
+    assert json.loads(out)['request']['lora'] is None
+
+
+def test_lora_model_split_is_refused_in_one_line(capsys):
+    code, out, err = run_cli(capsys, *LORA, '--lora-rank', '8', '--tp', '2')
+    assert code == EXIT_BAD_INPUT
+    assert out == ''
+    assert err.count('\n') == 1
+    assert '--tp: LoRA runs data parallel only' in err

@@ -25,6 +25,7 @@ from planner.plan_file import (
 )
 from planner.plan_file_migrate import CURRENT_SCHEMA
 from planner.search import LayoutLimits, search
+from planner.training import LoraSpec
 from tests.cli_helpers import run_cli
 from tests.export_helpers import make_plan
 
@@ -42,7 +43,8 @@ def test_round_trip(tmp_path, plan):
     path = tmp_path / 'plan.json'
     write_plan(path, plan)
     doc = json.loads(path.read_text())
-    assert doc['schema'] == CURRENT_SCHEMA == 'batchfit.plan/1'
+    assert doc['schema'] == CURRENT_SCHEMA == 'batchfit.plan/2'
+    assert doc['constraints']['lora'] is None
     assert list(doc) == ['schema', 'created_by', 'model', 'cluster', 'targets', 'constraints',
                          'guidance_inputs', 'guidance', 'candidate', 'calibration']
     assert read_plan(path) == plan
@@ -190,7 +192,8 @@ def test_migrates_version_0(tmp_path):
     assert 'migrated from batchfit.plan/0' in loaded.created_by
     write_plan(tmp_path / 'v1.json', loaded)  # saved again, as the current schema
     assert read_plan(tmp_path / 'v1.json') == loaded
-    assert json.loads((tmp_path / 'v1.json').read_text())['schema'] == 'batchfit.plan/1'
+    assert json.loads((tmp_path / 'v1.json').read_text())['schema'] == 'batchfit.plan/2'
+    assert loaded.constraints.lora is None
     assert 'torchrun' in export_plan(loaded, 'torchrun').text
 
 
@@ -204,7 +207,7 @@ def test_show_command(tmp_path, plan, capsys):
     assert 'Warmup' in out
     code, out, _ = run_cli(capsys, 'show', str(DATA / 'plan_v0.json'), '--json')
     assert code == 0
-    assert json.loads(out)['schema'] == 'batchfit.plan/1'
+    assert json.loads(out)['schema'] == 'batchfit.plan/2'
 
 
 def test_show_bad_file_is_one_line(tmp_path, capsys):
@@ -244,3 +247,76 @@ def test_plan_hooks_write_nothing_when_the_export_is_refused(tmp_path):
     with pytest.raises(InputError, match='--format hf'):
         save_and_export(args, request, search(request))
     assert not list(tmp_path.iterdir())
+
+
+def test_migrates_version_1(tmp_path, capsys):
+    """A /1 file (full training, written before LoRA plans) loads with lora null."""
+    original = (DATA / 'plan_v1.json').read_text()
+    assert json.loads(original)['schema'] == 'batchfit.plan/1'
+    loaded = read_plan(DATA / 'plan_v1.json')
+    assert loaded.constraints.lora is None
+    assert loaded.constraints.lora_spec is None
+    assert loaded.created_by == 'batchfit 0.1.0'
+    c = loaded.candidate
+    assert (c.dp, c.micro_batch, c.grad_accum, c.zero, c.recompute) == (8, 2, 4, 2, 'selective')
+    request = loaded.to_request()
+    assert request.lora is None
+    best = search(request).best
+    assert (best.dp, best.micro_batch, best.zero, best.recompute) == (8, 2, 2, 'selective')
+    write_plan(tmp_path / 'v2.json', loaded)
+    doc = json.loads((tmp_path / 'v2.json').read_text())
+    assert doc['schema'] == 'batchfit.plan/2'
+    assert doc['constraints']['lora'] is None
+    assert read_plan(tmp_path / 'v2.json') == loaded
+    assert (DATA / 'plan_v1.json').read_text() == original  # loading never writes
+    assert 'llamafactory' in export_plan(loaded, 'llamafactory').filename
+
+
+@pytest.fixture(scope='module')
+def qlora_plan():
+    return make_plan(nodes=1, zero=3, recompute='full', global_batch=64,
+                     lora=LoraSpec(32, ('q', 'k', 'v', 'o', 'gate', 'up', 'down'), 4))
+
+
+def test_lora_plan_round_trips_and_searches_again(tmp_path, qlora_plan, capsys):
+    path = tmp_path / 'qlora.json'
+    write_plan(path, qlora_plan)
+    doc = json.loads(path.read_text())
+    assert doc['constraints']['lora'] == {
+        'rank': 32, 'targets': ['q', 'k', 'v', 'o', 'gate', 'up', 'down'], 'base_bits': 4}
+    loaded = read_plan(path)
+    assert loaded == qlora_plan
+    request = loaded.to_request()
+    assert request.lora == LoraSpec(32, ('q', 'k', 'v', 'o', 'gate', 'up', 'down'), 4)
+    best = search(request).best
+    c = loaded.candidate
+    assert (best.dp, best.micro_batch, best.zero, best.recompute) == (c.dp, c.micro_batch,
+                                                                       c.zero, c.recompute)
+    assert best.step_time_s == pytest.approx(c.estimates['step_time_s'])
+    assert best.memory.total_bytes == c.estimates['memory']['total_bytes']
+    assert c.estimates['dequant_s'] > 0
+    code, out, err = run_cli(capsys, 'show', str(path))
+    assert code == 0, err
+    assert 'LoRA: rank 32 on q,k,v,o,gate,up,down, QLoRA (4-bit NF4 base)' in out
+
+
+@pytest.mark.parametrize(('lora', 'message'), [
+    ({'rank': 0, 'targets': ['q'], 'base_bits': 16}, 'constraints.lora.rank'),
+    ({'rank': 8, 'targets': ['q', 'x'], 'base_bits': 16}, 'constraints.lora.targets'),
+    ({'rank': 8, 'targets': ['q'], 'base_bits': 3}, 'constraints.lora.base_bits'),
+    ({'rank': 8, 'targets': ['q'], 'base_bits': 16, 'alpha': 16}, 'constraints.lora.alpha'),
+    ([8], 'constraints.lora'),
+])
+def test_bad_lora_in_a_file_names_the_field(qlora_plan, lora, message):
+    doc = qlora_plan.to_dict()
+    doc['constraints']['lora'] = lora
+    with pytest.raises(InputError, match=message.replace('.', r'\.')):
+        plan_from_dict(doc, 'plan.json')
+
+
+def test_lora_plan_must_be_data_parallel(qlora_plan):
+    doc = qlora_plan.to_dict()
+    grad_accum = doc['candidate']['grad_accum']
+    doc['candidate'].update(tp=2, dp=4, grad_accum=2 * grad_accum)  # the batch still adds up
+    with pytest.raises(InputError, match='data parallel only'):
+        plan_from_dict(doc, 'plan.json')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -24,7 +25,7 @@ from planner.search import (
     search,
 )
 from planner.step_time import RECOMPUTE_MODES, TrainingLength
-from planner.training import TrainingSetup
+from planner.training import LoraSpec, TrainingSetup
 
 H100 = 'h100-sxm'
 
@@ -281,7 +282,11 @@ def test_request_round_trips_to_json_types():
 
 
 @pytest.mark.parametrize('kw', [{}, {'model': 'gpt2', 'seq_len': 1024, 'nodes': 2},
-                                {'precision': 'amp-bf16', 'framework': 'hf', 'batch': 512}])
+                                {'precision': 'amp-bf16', 'framework': 'hf', 'batch': 512},
+                                {'precision': 'amp-bf16', 'framework': 'hf', 'batch': 64,
+                                 'lora': LoraSpec(16, ('q', 'v', 'down'), 4)},
+                                {'precision': 'fp32', 'framework': 'hf', 'batch': 64,
+                                 'lora': LoraSpec(8, base_bits=32)}])
 def test_dropping_layouts_below_the_floor_changes_nothing(monkeypatch, kw):
     """The search skips layouts whose memory floor overflows; without that shortcut it
     must find exactly the same plans, ranking and smallest peak."""
@@ -297,3 +302,96 @@ def test_dropping_layouts_below_the_floor_changes_nothing(monkeypatch, kw):
     assert [c.to_dict() for c in fast.top(30)] == [c.to_dict() for c in full.top(30)]
     assert [c.to_dict() for c in fast.pareto_front()] == [c.to_dict()
                                                           for c in full.pareto_front()]
+
+
+# ---- LoRA / QLoRA fine-tuning ------------------------------------------------------------------
+
+ALL_LINEAR = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
+
+
+def lora_request(lora: LoraSpec | None, **kw) -> PlanRequest:
+    """A LoRA request as PEFT runs it: Hugging Face kernels, autocast bf16."""
+    return request(**{'precision': 'amp-bf16', 'framework': 'hf', 'batch': 64, 'lora': lora,
+                      **kw})
+
+
+@pytest.mark.parametrize('lora', [LoraSpec(16), LoraSpec(64, ALL_LINEAR, 4),
+                                  LoraSpec(8, ('q', 'v'), 8)])
+def test_lora_candidates_are_data_parallel_and_their_memory_is_the_single_estimate(lora):
+    req = lora_request(lora, nodes=2)
+    r = search(req)
+    assert r.status == STATUS_OK
+    lay = r.layout
+    for axis in (lay.tp, lay.pp, lay.vpp, lay.cp):
+        assert np.all(axis == 1)
+    assert set(np.unique(lay.zero)) == ({0, 1, 2} if lora.base_bits == 8 else {0, 1, 2, 3})
+    assert np.all(lay.micro_batch * lay.grad_accum * lay.dp == 64)
+    shown = r.top(12)
+    assert len({(c.zero, c.recompute, c.micro_batch, c.dp) for c in shown}) == len(shown)
+    for c in shown:
+        setup = TrainingSetup(seq_len=4096, micro_batch=c.micro_batch, grad_accum=c.grad_accum,
+                              zero=c.zero, dp=c.dp, recompute=c.recompute, lora=lora)
+        single = estimate(req.model, setup, find_gpu(H100))
+        assert c.memory.total_bytes == single.total_bytes
+        assert c.memory.components == single.components
+        assert c.memory.phases == single.phases
+        assert c.memory.peak_phase == single.peak_phase
+    assert (r.best.dequant_s > 0) == lora.quantized
+
+
+def test_lora_grid_is_the_full_grid_restricted_to_data_parallel():
+    full = request('llama-3.2-1b', seq_len=2048, nodes=3, per_node=4, batch=24)
+    lora = dataclasses.replace(full, framework='hf', lora=LoraSpec(8))
+    rows = {tuple(int(x) for x in row) for row in brute_force(full, 24)
+            if row[2] == row[3] == row[4] == row[5] == 1}  # tp, pp, vpp, cp
+    grid = enumerate_grid(lora, 24)
+    got = {tuple(int(x) for x in row) for row in zip(
+        grid.nodes, grid.gpus_per_node, grid.tp, grid.pp, grid.vpp, grid.cp, grid.dp,
+        grid.micro_batch, grid.grad_accum, grid.zero, grid.recompute, strict=True)}
+    assert got == rows
+
+
+def test_qlora_plans_where_full_training_and_bf16_lora_do_not_fit():
+    """Llama-3.1-70B on one H100: 141 GB of bf16 weights do not fit, 4-bit ones do."""
+    kw = {'model': 'llama-3.1-70b', 'seq_len': 2048, 'nodes': 1, 'per_node': 1, 'batch': 16}
+    assert search(lora_request(None, **kw)).status == STATUS_NO_FIT
+    assert search(lora_request(LoraSpec(16), **kw)).status == STATUS_NO_FIT
+    r = search(lora_request(LoraSpec(16, ALL_LINEAR, 4), **kw))
+    assert r.status == STATUS_OK
+    assert r.best.memory.total_bytes < 0.95 * find_gpu(H100).memory_bytes
+    assert r.best.zero == 0
+    assert r.best.gpus == 1
+
+
+def test_lora_nearest_global_batches_have_plans():
+    req = lora_request(LoraSpec(16, ALL_LINEAR, 4), nodes=1, per_node=8, batch=63,
+                       limits=LayoutLimits(gpus=(8,)))
+    r = search(req)
+    assert r.status == STATUS_NO_FACTORISATION
+    below, above = r.nearest_global_batches
+    assert (below, above) == (56, 64)
+    for batch in (below, above):
+        assert search(dataclasses.replace(req, global_batch=batch)).status == STATUS_OK
+
+
+@pytest.mark.parametrize(('changes', 'field'), [
+    ({'framework': 'megatron'}, '--framework'),
+    ({'limits': LayoutLimits(tp=(2,))}, '--tp'),
+    ({'limits': LayoutLimits(pp=(2, 4))}, '--pp'),
+    ({'limits': LayoutLimits(cp=(2,))}, '--cp'),
+    ({'lora': LoraSpec(8, base_bits=8), 'zero_stages': (3,)}, '--zero'),
+    ({'lora': 16}, '--lora-rank'),
+])
+def test_bad_lora_requests_name_the_field(changes, field):
+    with pytest.raises(InputError) as err:
+        lora_request(**{'lora': LoraSpec(16), **changes})
+    assert err.value.field == field
+
+
+def test_lora_request_to_json():
+    d = lora_request(LoraSpec(16, ('q', 'v'), 4)).to_dict()
+    m = find_preset('llama-3-8b')
+    assert d['lora'] == {'rank': 16, 'targets': ['q', 'v'], 'base_bits': 4,
+                         'trainable_parameters': m.num_layers * 16 * (
+                             (m.hidden_size + m.q_size) + (m.hidden_size + m.kv_size))}
+    assert request().to_dict()['lora'] is None
