@@ -12,14 +12,15 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import InputError
-from ui.plan_inputs import PlanInputs
+from ui.plan_inputs import LORA_TARGETS, PlanInputs
 
 if TYPE_CHECKING:
     from planner.plan_file import ChosenCandidate, PlanFile
     from planner.plan_result import Candidate
+    from planner.training import LoraSpec
     from ui.plan_compute import PlanOutcome
 
 # What ``batchfit plan`` can set but the window does not offer; the window plans with
@@ -89,6 +90,8 @@ def opened_plan(plan: PlanFile, models_dir: Path | None = None) -> OpenedPlan:
     else:
         batch_value, batch_unit = int(t.global_batch_tokens or 0), 'tokens'
     defaults = PlanInputs()
+    tuning, tuning_notes = _tuning(c.lora_spec)
+    notes.extend(tuning_notes)
     if t.tokens is not None:
         length = {'length_kind': 'tokens', 'length_tokens': float(t.tokens)}
     elif t.samples is not None:
@@ -103,7 +106,8 @@ def opened_plan(plan: PlanFile, models_dir: Path | None = None) -> OpenedPlan:
         zero_stages=tuple(c.zero_stages), recompute_modes=tuple(c.recompute_modes),
         margin_percent=round(c.margin_fraction * 100.0, 6),
         price_per_gpu_hour_usd=c.price_per_gpu_hour_usd, base_lr=g.base_lr,
-        base_batch_samples=g.base_batch_samples, b_noise_tokens=g.b_noise_tokens, **length)
+        base_batch_samples=g.base_batch_samples, b_noise_tokens=g.b_noise_tokens, **length,
+        **tuning)
     for name, default in _WINDOW_DEFAULTS.items():
         value = getattr(c, name)
         if value not in (default, None):
@@ -116,6 +120,23 @@ def opened_plan(plan: PlanFile, models_dir: Path | None = None) -> OpenedPlan:
     if g.base_warmup_steps is not None:
         notes.append('the reference warmup steps are not shown here')
     return OpenedPlan(inputs=inputs, chosen=plan.candidate, notes=tuple(notes))
+
+
+def _tuning(lora: LoraSpec | None) -> tuple[dict[str, Any], list[str]]:
+    """The window's fine-tuning fields for a plan's LoRA spec, and what they change."""
+    if lora is None:
+        return {'tuning': 'full'}, []
+    notes = []
+    if lora.base_bits not in (4, 16):
+        notes.append(f'the file\'s {lora.base_bits}-bit base is planned here as a 16-bit one')
+    targets = next((name for name, wanted in LORA_TARGETS.items()
+                    if set(wanted) == set(lora.targets)), None)
+    if targets is None:
+        targets = 'all' if set(lora.targets) - set(LORA_TARGETS['attention']) else 'attention'
+        notes.append(f'the file adapts {", ".join(lora.targets)}; the window offers '
+                     f'{", ".join(LORA_TARGETS[targets])}')
+    return {'tuning': 'qlora' if lora.base_bits == 4 else 'lora', 'lora_rank': lora.rank,
+            'lora_targets': targets}, notes
 
 
 def matching_row(candidates, chosen: ChosenCandidate) -> int | None:

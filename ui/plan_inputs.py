@@ -19,9 +19,16 @@ from planner.errors import InputError
 
 if TYPE_CHECKING:
     from planner.plan_request import PlanRequest
+    from planner.training import LoraSpec
 
 SESSION_SCHEMA = 'batchfit.session/1'
 BATCH_UNITS: tuple[str, ...] = ('samples', 'tokens')
+TUNING_KINDS: tuple[str, ...] = ('full', 'lora', 'qlora')
+# The adapted projections of each choice (PEFT's ``target_modules`` by role).
+LORA_TARGETS: dict[str, tuple[str, ...]] = {
+    'attention': ('q', 'k', 'v', 'o'),
+    'all': ('q', 'k', 'v', 'o', 'gate', 'up', 'down'),
+}
 LENGTH_KINDS: tuple[str, ...] = ('tokens', 'samples')
 # The network assumed between nodes, by GPU family (as ``batchfit plan``).
 DEFAULT_INTER_NODE = {'hopper': 'ib-ndr', 'blackwell': 'ib-xdr', 'ampere': 'ib-hdr',
@@ -54,6 +61,10 @@ class PlanInputs:
         base_lr: a learning rate known to work at ``base_batch_samples``.
         base_batch_samples: the batch it was tuned at, in sequences.
         b_noise_tokens: measured gradient noise scale (critical batch), tokens.
+        tuning: ``full`` (every weight trains), ``lora`` or ``qlora`` (adapters on a
+            frozen 16-bit or 4-bit NF4 base).
+        lora_rank: the adapters' rank r (LoRA and QLoRA).
+        lora_targets: ``attention`` (q, k, v, o) or ``all`` (every linear of a layer).
     """
 
     model: str = 'llama-3.1-8b'
@@ -77,6 +88,9 @@ class PlanInputs:
     base_lr: float | None = None
     base_batch_samples: float | None = None
     b_noise_tokens: float | None = None
+    tuning: str = 'full'
+    lora_rank: int = 16
+    lora_targets: str = 'attention'
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -122,6 +136,7 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
         raise InputError('--b-noise', f'must be positive, got {inputs.b_noise_tokens!r}')
     if (inputs.base_lr is None) != (inputs.base_batch_samples is None):
         raise InputError('--base-lr', 'give the base LR and the base batch together')
+    lora = lora_spec(inputs)
     return PlanRequest(
         model=model, seq_len=inputs.seq_len, gpu=gpu, max_nodes=inputs.nodes,
         gpus_per_node=inputs.gpus_per_node, inter_node=link,
@@ -130,7 +145,27 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
         zero_stages=tuple(inputs.zero_stages), recompute_modes=tuple(inputs.recompute_modes),
         precision=inputs.precision, optimizer=inputs.optimizer,
         margin_fraction=inputs.margin_percent / 100.0,
-        price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k)
+        price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k, lora=lora)
+
+
+def lora_spec(inputs: PlanInputs) -> LoraSpec | None:
+    """The adapters ``inputs`` train (None for full training).
+
+    Raises:
+        InputError: on ``--lora-rank`` or ``--lora-targets`` when a value is not allowed.
+    """
+    from planner.training import LoraSpec
+
+    if inputs.tuning not in TUNING_KINDS:
+        raise InputError('--lora-rank', f'unknown fine-tuning kind {inputs.tuning!r}',
+                         ', '.join(TUNING_KINDS))
+    if inputs.tuning == 'full':
+        return None
+    if inputs.lora_targets not in LORA_TARGETS:
+        raise InputError('--lora-targets', f'unknown choice {inputs.lora_targets!r}',
+                         ', '.join(LORA_TARGETS))
+    return LoraSpec(rank=inputs.lora_rank, targets=LORA_TARGETS[inputs.lora_targets],
+                    base_bits=4 if inputs.tuning == 'qlora' else 16)
 
 
 # ---- the window state kept between runs ----------------------------------------------

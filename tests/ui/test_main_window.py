@@ -225,6 +225,46 @@ def test_save_and_reopen_a_plan_file(qtbot, window, tmp_path, monkeypatch):
     assert _saved(path).targets.global_batch == 4096
 
 
+def test_qlora_fine_tuning_plans_data_parallel_adapters(qtbot, window, tmp_path):
+    panel = window.inputs
+    assert not panel.adapters_row.isEnabled()  # full training: no adapter settings
+    panel.tuning_combo.setCurrentIndex(panel.tuning_combo.findData('qlora'))
+    assert panel.adapters_row.isEnabled()
+    panel.lora_rank_spin.setValue(64)
+    panel.lora_targets_combo.setCurrentIndex(panel.lora_targets_combo.findData('all'))
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.tuning == 'qlora'
+                       and o.inputs.lora_rank == 64 and o.inputs.lora_targets == 'all')
+    assert (o.request.lora.base_bits, o.request.lora.rank) == (4, 64)
+    assert o.candidates
+    assert all(c.tp == c.pp == c.cp == 1 for c in o.candidates)
+    c = window.results.selected_candidate()
+    est = memory_estimate_for(o, c)  # the table's memory is the LoRA estimate
+    assert est.total_bytes == c.memory.total_bytes
+    panel.tuning_combo.setCurrentIndex(panel.tuning_combo.findData('full'))
+    full = _wait_for_plan(qtbot, window, lambda o: o.inputs.tuning == 'full')
+    assert full.request.lora is None
+    from planner.model_states import lora_params
+
+    adapters = lora_params(o.request.model, o.request.lora)
+    assert adapters < 0.03 * o.request.model.total_params()
+    # AdamW keeps two fp32 states for the adapters only (not for the frozen base)
+    assert c.memory.components['optimizer_states'] <= 8 * adapters
+    assert full.result.best.memory.components['optimizer_states'] > 8 * adapters
+
+    path = tmp_path / 'qlora.json'
+    panel.tuning_combo.setCurrentIndex(panel.tuning_combo.findData('qlora'))
+    _wait_for_plan(qtbot, window, lambda o: o.inputs.tuning == 'qlora')
+    assert window.save_to(str(path))
+    from planner.plan_file import read_plan
+
+    assert read_plan(path).constraints.lora == {'rank': 64, 'targets': [
+        'q', 'k', 'v', 'o', 'gate', 'up', 'down'], 'base_bits': 4}
+    window.new_session()
+    assert window.open_path(str(path))
+    inputs = window.inputs.read_inputs()[0]
+    assert (inputs.tuning, inputs.lora_rank, inputs.lora_targets) == ('qlora', 64, 'all')
+
+
 def test_a_cli_plan_file_opens(qtbot, window, tmp_path, capsys):
     from tests.cli_helpers import run_cli
 

@@ -1122,6 +1122,18 @@ The details are in the log folder:
         <translation>全局批大小</translation>
     </message>
     <message>
+        <source>Full training updates every weight. LoRA trains small rank-r adapters on a frozen 16-bit base; QLoRA on a 4-bit NF4 base (bitsandbytes). Both run data parallel with ZeRO/FSDP, as PEFT does: no TP, PP or CP.</source>
+        <translation>全量训练更新所有权重。LoRA 在冻结的 16 位基座上训练秩为 r 的小型适配器；QLoRA 的基座为 4 位 NF4（bitsandbytes）。两者都像 PEFT 一样以数据并行加 ZeRO/FSDP 运行：不使用 TP、PP 或 CP。</translation>
+    </message>
+    <message>
+        <source>Adapter rank r (LoRA/QLoRA).</source>
+        <translation>适配器的秩 r（LoRA/QLoRA）。</translation>
+    </message>
+    <message>
+        <source>Projections that get an adapter: attention (q, k, v, o) or every linear layer (also gate, up, down).</source>
+        <translation>加适配器的投影层：注意力层（q、k、v、o），或全部线性层（另加 gate、up、down）。</translation>
+    </message>
+    <message>
         <source>sequences</source>
         <comment>unit</comment>
         <translation>条序列</translation>
@@ -1186,6 +1198,38 @@ The details are in the log folder:
     <message>
         <source>optimizer</source>
         <translation>优化器</translation>
+    </message>
+    <message>
+        <source>full training</source>
+        <translation>全量训练</translation>
+    </message>
+    <message>
+        <source>LoRA</source>
+        <translation>LoRA</translation>
+    </message>
+    <message>
+        <source>QLoRA (4-bit base)</source>
+        <translation>QLoRA（4 位基座）</translation>
+    </message>
+    <message>
+        <source>fine-tuning</source>
+        <translation>微调方式</translation>
+    </message>
+    <message>
+        <source>attention</source>
+        <translation>注意力层</translation>
+    </message>
+    <message>
+        <source>all linear layers</source>
+        <translation>全部线性层</translation>
+    </message>
+    <message>
+        <source>rank</source>
+        <translation>秩</translation>
+    </message>
+    <message>
+        <source>adapters</source>
+        <translation>适配器</translation>
     </message>
     <message>
         <source>ZeRO stages</source>

@@ -78,6 +78,14 @@ TIPS = {
     'optimizer': QT_TRANSLATE_NOOP(
         'InputPanel', 'Optimizer: its states per parameter (AdamW 2 × fp32, 8-bit AdamW 2 × '
         '1 byte, SGD-momentum 1, Adafactor factored).'),
+    'tuning': QT_TRANSLATE_NOOP(
+        'InputPanel', 'Full training updates every weight. LoRA trains small rank-r adapters '
+        'on a frozen 16-bit base; QLoRA on a 4-bit NF4 base (bitsandbytes). Both run data '
+        'parallel with ZeRO/FSDP, as PEFT does: no TP, PP or CP.'),
+    'lora_rank': QT_TRANSLATE_NOOP('InputPanel', 'Adapter rank r (LoRA/QLoRA).'),
+    'lora_targets': QT_TRANSLATE_NOOP(
+        'InputPanel', 'Projections that get an adapter: attention (q, k, v, o) or every '
+        'linear layer (also gate, up, down).'),
     'zero': QT_TRANSLATE_NOOP(
         'InputPanel', 'ZeRO stages to try: 0 plain data parallel; 1 shards optimizer states; '
         '2 also gradients; 3 (FSDP) also weights.'),
@@ -264,6 +272,30 @@ class InputPanel(QScrollArea):
                                              Qt.ItemDataRole.ToolTipRole)
         self._add_row(form, translate('InputPanel', 'optimizer'), self.optimizer_combo,
                       self.optimizer_combo, TIPS['optimizer'])
+        self.tuning_combo = QComboBox()
+        for key, label in (('full', QT_TRANSLATE_NOOP('InputPanel', 'full training')),
+                           ('lora', QT_TRANSLATE_NOOP('InputPanel', 'LoRA')),
+                           ('qlora', QT_TRANSLATE_NOOP('InputPanel', 'QLoRA (4-bit base)'))):
+            self.tuning_combo.addItem(translate('InputPanel', label), key)
+        self._add_row(form, translate('InputPanel', 'fine-tuning'), self.tuning_combo,
+                      self.tuning_combo, TIPS['tuning'])
+        self.lora_rank_spin = QSpinBox()
+        self.lora_rank_spin.setRange(1, 4096)
+        self.lora_targets_combo = QComboBox()
+        for key, label in (('attention', QT_TRANSLATE_NOOP('InputPanel', 'attention')),
+                           ('all', QT_TRANSLATE_NOOP('InputPanel', 'all linear layers'))):
+            self.lora_targets_combo.addItem(translate('InputPanel', label), key)
+        adapters = QWidget()
+        row = QHBoxLayout(adapters)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(QLabel(translate('InputPanel', 'rank')))
+        row.addWidget(self.lora_rank_spin)
+        row.addWidget(self.lora_targets_combo, 1)
+        self.lora_rank_spin.setToolTip(translate('InputPanel', TIPS['lora_rank']))
+        self.lora_targets_combo.setToolTip(translate('InputPanel', TIPS['lora_targets']))
+        self.adapters_row = adapters
+        self._add_row(form, translate('InputPanel', 'adapters'), adapters, adapters,
+                      TIPS['lora_targets'])
         self.zero_boxes = {z: QCheckBox(str(z)) for z in (0, 1, 2, 3)}
         self.zero_row = self._checks(form, translate('InputPanel', 'ZeRO stages'),
                                      self.zero_boxes, TIPS['zero'])
@@ -306,7 +338,8 @@ class InputPanel(QScrollArea):
             '--zero': self.zero_row, '--recompute': self.recompute_row,
             '--margin': self.margin_spin, '--price': self.price_edit,
             '--base-lr': self.base_lr_edit, '--base-batch': self.base_batch_edit,
-            '--b-noise': self.b_noise_edit,
+            '--b-noise': self.b_noise_edit, '--lora-rank': self.tuning_combo,
+            '--lora-targets': self.lora_targets_combo, '--qlora': self.tuning_combo,
         }
         self.set_inputs(PlanInputs())
         for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
@@ -314,9 +347,11 @@ class InputPanel(QScrollArea):
                      self.base_batch_edit, self.b_noise_edit):
             edit.textChanged.connect(self._edited)
         for combo in (self.batch_unit_combo, self.length_kind_combo, self.gpu_combo,
-                      self.inter_node_combo, self.precision_combo, self.optimizer_combo):
+                      self.inter_node_combo, self.precision_combo, self.optimizer_combo,
+                      self.tuning_combo, self.lora_targets_combo):
             combo.currentIndexChanged.connect(self._edited)
-        for spin in (self.nodes_spin, self.gpus_per_node_spin, self.margin_spin):
+        for spin in (self.nodes_spin, self.gpus_per_node_spin, self.margin_spin,
+                     self.lora_rank_spin):
             spin.valueChanged.connect(self._edited)
         for box in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
             box.toggled.connect(self._edited)
@@ -398,7 +433,8 @@ class InputPanel(QScrollArea):
                    self.base_batch_edit, self.b_noise_edit, self.batch_unit_combo,
                    self.length_kind_combo, self.gpu_combo, self.inter_node_combo,
                    self.precision_combo, self.optimizer_combo, self.nodes_spin,
-                   self.gpus_per_node_spin, self.margin_spin,
+                   self.gpus_per_node_spin, self.margin_spin, self.tuning_combo,
+                   self.lora_rank_spin, self.lora_targets_combo,
                    *self.zero_boxes.values(), *self.recompute_boxes.values()]
         for w in widgets:
             w.blockSignals(True)
@@ -426,6 +462,9 @@ class InputPanel(QScrollArea):
             for m, box in self.recompute_boxes.items():
                 box.setChecked(m in inputs.recompute_modes)
             self.margin_spin.setValue(inputs.margin_percent)
+            self._set_combo(self.tuning_combo, inputs.tuning)
+            self.lora_rank_spin.setValue(inputs.lora_rank)
+            self._set_combo(self.lora_targets_combo, inputs.lora_targets)
             for edit, value in ((self.price_edit, inputs.price_per_gpu_hour_usd),
                                 (self.base_lr_edit, inputs.base_lr),
                                 (self.base_batch_edit, inputs.base_batch_samples),
@@ -491,6 +530,9 @@ class InputPanel(QScrollArea):
             errors['--recompute'] = translate('InputPanel', 'tick at least one recompute mode')
         values['recompute_modes'] = modes
         values['margin_percent'] = self.margin_spin.value()
+        values['tuning'] = self.tuning_combo.currentData()
+        values['lora_rank'] = self.lora_rank_spin.value()
+        values['lora_targets'] = self.lora_targets_combo.currentData()
         take('price_per_gpu_hour_usd',
              lambda: parse_positive('--price', self.price_edit.text(), optional=True))
         take('base_lr', lambda: parse_positive('--base-lr', self.base_lr_edit.text(),
@@ -542,6 +584,7 @@ class InputPanel(QScrollArea):
         self._length_form.setRowVisible(self.tokens_edit, kind == 'tokens')
         self._length_form.setRowVisible(self.samples_edit, kind == 'samples')
         self._length_form.setRowVisible(self.epochs_edit, kind == 'samples')
+        self.adapters_row.setEnabled(self.tuning_combo.currentData() != 'full')
         try:
             self.model_info.setText(describe_model(self.model_edit.text().strip()))
             self.model_info.setStyleSheet('')
