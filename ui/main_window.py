@@ -133,7 +133,7 @@ class MainWindow(QMainWindow):
         box_layout.addWidget(self.details.warnings_label)
         self.detail_dock = self._dock(translate('MainWindow', 'Selected plan'), 'details_dock',
                                       detail_box, right)
-        self.resizeDocks([self.input_dock, self.detail_dock], [350, 400],
+        self.resizeDocks([self.input_dock, self.detail_dock], [390, 400],
                          Qt.Orientation.Horizontal)
 
         self.busy = QProgressBar()

@@ -227,9 +227,9 @@ def test_save_and_reopen_a_plan_file(qtbot, window, tmp_path, monkeypatch):
 
 def test_qlora_fine_tuning_plans_data_parallel_adapters(qtbot, window, tmp_path):
     panel = window.inputs
-    assert not panel.adapters_row.isEnabled()  # full training: no adapter settings
+    assert not panel.lora_rank_spin.isEnabled()  # full training: no adapter settings
     panel.tuning_combo.setCurrentIndex(panel.tuning_combo.findData('qlora'))
-    assert panel.adapters_row.isEnabled()
+    assert panel.lora_targets_combo.isEnabled()
     panel.lora_rank_spin.setValue(64)
     panel.lora_targets_combo.setCurrentIndex(panel.lora_targets_combo.findData('all'))
     o = _wait_for_plan(qtbot, window, lambda o: o.inputs.tuning == 'qlora'

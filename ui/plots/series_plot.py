@@ -20,6 +20,12 @@ DAY = 86_400.0
 GRID_PEN = '#e4e4e4'
 
 
+def plain_axes(item: pg.PlotItem) -> None:
+    """Tick labels in the axis' own units: no ``(x0.001)`` SI rescaling of days or MFU."""
+    for name in ('left', 'bottom'):
+        item.getAxis(name).enableAutoSIPrefix(False)
+
+
 def add_light_grid(item: pg.PlotItem) -> None:
     """A light background grid.
 
@@ -72,7 +78,8 @@ class _Series:
         pad = 0.06 * (hi - lo) if hi > lo else 0.5
         vb.setXRange(lo - pad, hi + pad, padding=0)
         ylo, yhi = float(self.y.min()), float(self.y.max())
-        ypad = 0.08 * (yhi - ylo) if yhi > ylo else max(abs(yhi) * 0.05, 1e-9)
+        # at least ±5 % of the values: differences of 0.01 % are drawn flat, not as cliffs
+        ypad = max(0.08 * (yhi - ylo), 0.05 * max(abs(yhi), abs(ylo)), 1e-9)
         vb.setYRange(ylo - ypad, yhi + ypad, padding=0)
 
     def set_highlight(self, x: float | None, y: float | None) -> None:
@@ -118,6 +125,7 @@ class SeriesPlot(pg.PlotWidget):
         item.setLabel('bottom', x_label)
         item.setLabel('left', y_label)
         add_light_grid(item)
+        plain_axes(item)
         item.setLogMode(x=log_x, y=False)
         self.series = _Series(item, colour, fmt)
         self.scene().sigMouseMoved.connect(self.series.hover)
@@ -173,10 +181,12 @@ class MicroBatchPlot(pg.GraphicsLayoutWidget):
             'Throughput and MFU vs micro-batch'))
         self.throughput_item.setLabel('left', translate('SeriesPlot', 'tokens/s'))
         add_light_grid(self.throughput_item)
+        plain_axes(self.throughput_item)
         self.mfu_item = self.addPlot(row=1, col=0)
         self.mfu_item.setLabel('left', translate('SeriesPlot', 'MFU (%)'))
         self.mfu_item.setLabel('bottom', translate('SeriesPlot', 'micro-batch'))
         add_light_grid(self.mfu_item)
+        plain_axes(self.mfu_item)
         self.mfu_item.setXLink(self.throughput_item)
         tps = translate('SeriesPlot', 'micro {micro:.0f}: {tps:,.0f} tokens/s')
         self.throughput = _Series(self.throughput_item, '#1f77b4',

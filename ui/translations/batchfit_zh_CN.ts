@@ -766,6 +766,18 @@ The details are in the log folder:
         <translation>否</translation>
     </message>
     <message>
+        <source>fine-tuning</source>
+        <translation>微调方式</translation>
+    </message>
+    <message>
+        <source>{kind} r={rank} on {targets}: {params:.1f}M trainable ({share:.2%})</source>
+        <translation>{kind} r={rank}，作用于 {targets}：可训练参数 {params:.1f}M（{share:.2%}）</translation>
+    </message>
+    <message>
+        <source>adapters train on a frozen base (4-bit NF4 for QLoRA); data parallel only, as PEFT runs</source>
+        <translation>在冻结的基座上训练适配器（QLoRA 的基座为 4 位 NF4）；与 PEFT 一样仅用数据并行</translation>
+    </message>
+    <message>
         <source>Memory per GPU (peak at {phase})</source>
         <translation>单卡显存（峰值出现在：{phase}）</translation>
     </message>
@@ -816,6 +828,14 @@ The details are in the log folder:
     <message>
         <source>step time</source>
         <translation>单步耗时</translation>
+    </message>
+    <message>
+        <source>of which QLoRA dequantization</source>
+        <translation>其中 QLoRA 反量化</translation>
+    </message>
+    <message>
+        <source>bitsandbytes turns each 4-bit weight back into 16 bits before every matmul that uses it</source>
+        <translation>bitsandbytes 在每次用到某个 4 位权重的矩阵乘法之前，先把它还原为 16 位</translation>
     </message>
     <message>
         <source>throughput</source>
@@ -1118,6 +1138,14 @@ The details are in the log folder:
         <translation>token 数</translation>
     </message>
     <message>
+        <source>adapter rank</source>
+        <translation>适配器秩</translation>
+    </message>
+    <message>
+        <source>adapter targets</source>
+        <translation>适配器作用层</translation>
+    </message>
+    <message>
         <source>global batch</source>
         <translation>全局批大小</translation>
     </message>
@@ -1222,14 +1250,6 @@ The details are in the log folder:
     <message>
         <source>all linear layers</source>
         <translation>全部线性层</translation>
-    </message>
-    <message>
-        <source>rank</source>
-        <translation>秩</translation>
-    </message>
-    <message>
-        <source>adapters</source>
-        <translation>适配器</translation>
     </message>
     <message>
         <source>ZeRO stages</source>

@@ -163,6 +163,8 @@ class DetailPanel(QTreeWidget):
         self.values = {}
         self.warnings_label.setText('')
         self._layout_section(c)
+        if request.lora is not None:
+            self._tuning_row(request)
         self._memory_section(c)
         self._time_section(request, c)
         if guidance is not None:
@@ -208,6 +210,22 @@ class DetailPanel(QTreeWidget):
                   translate('DetailPanel', 'yes') if c.sequence_parallel
                   else translate('DetailPanel', 'no'))
 
+    def _tuning_row(self, request: PlanRequest) -> None:
+        """What a LoRA/QLoRA plan trains, under the layout (its section is the last one)."""
+        from planner.model_states import lora_params
+
+        lora, model = request.lora, request.model
+        trainable = lora_params(model, lora)
+        kind = 'QLoRA' if lora.quantized else 'LoRA'
+        section = self.topLevelItem(self.topLevelItemCount() - 1)
+        self._row(section, 'tuning', translate('DetailPanel', 'fine-tuning'),
+                  translate('DetailPanel', '{kind} r={rank} on {targets}: {params:.1f}M '
+                            'trainable ({share:.2%})').format(
+                      kind=kind, rank=lora.rank, targets=', '.join(lora.targets),
+                      params=trainable / 1e6, share=trainable / model.total_params()),
+                  translate('DetailPanel', 'adapters train on a frozen base (4-bit NF4 for '
+                            'QLoRA); data parallel only, as PEFT runs'))
+
     def _memory_section(self, c: Candidate) -> None:
         m = c.memory
         s = self._section(translate('DetailPanel', 'Memory per GPU (peak at {phase})').format(
@@ -247,6 +265,12 @@ class DetailPanel(QTreeWidget):
             if value > 0:
                 self._row(s, f'step.{key}', '  ' + _words(key),
                           f'{value:.3g} s ({value / c.step_time_s:.0%})', step_tip)
+            if key == 'elementwise_s' and c.dequant_s > 0:
+                self._row(s, 'step.dequant', '    ' + translate(
+                    'DetailPanel', 'of which QLoRA dequantization'),
+                    f'{c.dequant_s:.3g} s ({c.dequant_s / c.step_time_s:.0%})', translate(
+                        'DetailPanel', 'bitsandbytes turns each 4-bit weight back into 16 '
+                        'bits before every matmul that uses it'))
         self._row(s, 'tokens', translate('DetailPanel', 'throughput'),
                   f'{c.tokens_per_s:,.0f} tokens/s', _time_formula('tokens'))
         self._row(s, 'mfu', translate('DetailPanel', 'MFU'), f'{c.mfu:.1%}', _time_formula('mfu'))

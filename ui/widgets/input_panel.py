@@ -285,17 +285,11 @@ class InputPanel(QScrollArea):
         for key, label in (('attention', QT_TRANSLATE_NOOP('InputPanel', 'attention')),
                            ('all', QT_TRANSLATE_NOOP('InputPanel', 'all linear layers'))):
             self.lora_targets_combo.addItem(translate('InputPanel', label), key)
-        adapters = QWidget()
-        row = QHBoxLayout(adapters)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(QLabel(translate('InputPanel', 'rank')))
-        row.addWidget(self.lora_rank_spin)
-        row.addWidget(self.lora_targets_combo, 1)
-        self.lora_rank_spin.setToolTip(translate('InputPanel', TIPS['lora_rank']))
-        self.lora_targets_combo.setToolTip(translate('InputPanel', TIPS['lora_targets']))
-        self.adapters_row = adapters
-        self._add_row(form, translate('InputPanel', 'adapters'), adapters, adapters,
-                      TIPS['lora_targets'])
+        _narrow(self.lora_targets_combo)
+        self._add_row(form, translate('InputPanel', 'adapter rank'), self.lora_rank_spin,
+                      self.lora_rank_spin, TIPS['lora_rank'])
+        self._add_row(form, translate('InputPanel', 'adapter targets'), self.lora_targets_combo,
+                      self.lora_targets_combo, TIPS['lora_targets'])
         self.zero_boxes = {z: QCheckBox(str(z)) for z in (0, 1, 2, 3)}
         self.zero_row = self._checks(form, translate('InputPanel', 'ZeRO stages'),
                                      self.zero_boxes, TIPS['zero'])
@@ -584,7 +578,9 @@ class InputPanel(QScrollArea):
         self._length_form.setRowVisible(self.tokens_edit, kind == 'tokens')
         self._length_form.setRowVisible(self.samples_edit, kind == 'samples')
         self._length_form.setRowVisible(self.epochs_edit, kind == 'samples')
-        self.adapters_row.setEnabled(self.tuning_combo.currentData() != 'full')
+        adapters = self.tuning_combo.currentData() != 'full'
+        self.lora_rank_spin.setEnabled(adapters)
+        self.lora_targets_combo.setEnabled(adapters)
         try:
             self.model_info.setText(describe_model(self.model_edit.text().strip()))
             self.model_info.setStyleSheet('')
