@@ -29,6 +29,7 @@ BENCHMARKS = {  # name: arguments after the interpreter
     'time_comparison': ['-m', 'benchmarks.time_comparison'],
     'calibration_accuracy': ['-m', 'benchmarks.calibration_accuracy'],
     'bench_gui': ['-m', 'benchmarks.bench_gui'],
+    'lora_plans': ['-m', 'benchmarks.lora_plans'],
 }
 
 TEMPLATE = """# Benchmarks
