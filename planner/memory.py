@@ -18,7 +18,7 @@ workspaces, allocator caching) are added on top of the tensor peak as named part
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -134,6 +134,21 @@ class MemoryArrays:
     overhead: dict[str, np.ndarray]
     total_bytes: np.ndarray
     activations_per_layer_bytes: np.ndarray
+
+    def take(self, rows: np.ndarray) -> MemoryArrays:
+        """The configurations at ``rows`` of a flat grid, every field a 1-D array.
+
+        Fields the estimate left as broadcast scalars are expanded first.
+        """
+        n = np.shape(self.total_bytes)
+
+        def pick(value):
+            return np.broadcast_to(value, n)[rows]
+
+        return MemoryArrays(**{
+            f.name: ({k: pick(v) for k, v in value.items()} if isinstance(value, dict)
+                     else pick(value))
+            for f in fields(self) for value in [getattr(self, f.name)]})
 
 
 def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,

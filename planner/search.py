@@ -41,7 +41,13 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.activations import RECOMPUTE_CODES
-from planner.memory import ConfigArrays, MemoryOptions, estimate_arrays, tensor_peak_floor
+from planner.memory import (
+    ConfigArrays,
+    MemoryArrays,
+    MemoryOptions,
+    estimate_arrays,
+    tensor_peak_floor,
+)
 from planner.plan_request import SORT_KEYS, LayoutLimits, PlanRequest
 from planner.plan_result import (
     STATUS_NO_FACTORISATION,
@@ -256,6 +262,28 @@ def _ranking(sort_by: str, time_s, cost, headroom, layout: LayoutArrays, gpus) -
     return np.lexsort((-headroom, simpler, *primary))
 
 
+# ---- the memory pass --------------------------------------------------------------------
+
+def _fitting_memory(req: PlanRequest, opts: MemoryOptions, grid: LayoutArrays, usable: float
+                    ) -> tuple[LayoutArrays, MemoryArrays | None, float]:
+    """The layouts of ``grid`` that fit, their memory, and the smallest peak estimated.
+
+    Layouts whose weights, optimizer states and activations alone overflow cannot fit:
+    :func:`tensor_peak_floor` drops them before the full estimate (half the grid on a
+    typical request); their peaks exceed every fitting one's, so the smallest peak among
+    the rest is the grid's whenever anything fits. (Chunks on two threads were tried:
+    numpy's loops release the GIL, but the chunking cost as much as it saved.)
+    """
+    floor = tensor_peak_floor(req.model, opts, _config_arrays(req, grid))
+    kept = grid.take(np.flatnonzero(floor <= usable))
+    if not len(kept):
+        return kept, None, math.inf
+    memory = estimate_arrays(req.model, opts, _config_arrays(req, kept), req.overheads)
+    total = np.broadcast_to(np.asarray(memory.total_bytes, float), (len(kept),))
+    rows = np.flatnonzero(total <= usable)
+    return kept.take(rows), memory.take(rows), float(total.min())
+
+
 # ---- the search -------------------------------------------------------------------------
 
 def search(request: PlanRequest, progress: Callable[[float], None] | None = None,
@@ -301,13 +329,8 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
 
     grid_size = len(grid)
     opts = _memory_options(req)
-    # Layouts whose weights, optimizer states and activations alone overflow cannot fit:
-    # dropped before the full estimate (half the grid on a typical request).
-    floor = tensor_peak_floor(req.model, opts, _config_arrays(req, grid))
-    candidates = grid.take(np.flatnonzero(floor <= usable))
-    memory = estimate_arrays(req.model, opts, _config_arrays(req, candidates), req.overheads)
-    total = np.asarray(memory.total_bytes, float)
-    rows = np.flatnonzero(total <= usable)
+    layout, memory, min_total = _fitting_memory(req, opts, grid, usable)
+    rows = np.arange(len(layout))
     step(0.6)
     if rows.size == 0:
         # the smallest peak over the whole grid, for the message
@@ -319,7 +342,6 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
                              f'{total.min() / 2**30:.1f} GiB)', len(grid), float(total.min()),
                              step)
 
-    layout = candidates.take(rows)
     st = step_time_arrays(req.model, req.seq_len, req.gpu, req.inter_node, layout,
                           precision=req.precision, optimizer=req.optimizer,
                           attention=req.attention, framework=req.framework,
@@ -336,7 +358,7 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
             gpu_hours=np.full(rows.size, math.nan), cost_usd=np.full(rows.size, math.nan))
         time_key = st.step_time_s
     cost_key = st.step_time_s * st.gpus if req.length is None else tr.gpu_hours
-    headroom = usable - total[rows]
+    headroom = usable - np.asarray(memory.total_bytes, float)
     ranking = _ranking(req.sort_by, time_key, cost_key, headroom, layout, st.gpus)
     front = pareto_front(time_key, cost_key)
     step(1.0)
@@ -344,7 +366,7 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
         request=req, status=STATUS_OK, message='', target_batch_samples=target,
         nearest_global_batches=(None, None), grid_size=grid_size, fitting=int(rows.size),
         # a dropped layout's peak exceeds every fitting one's: the grid's minimum is here
-        min_total_bytes=float(total.min()), elapsed_s=time.perf_counter() - started,
+        min_total_bytes=min_total, elapsed_s=time.perf_counter() - started,
         layout=layout, memory=memory, memory_rows=rows, step=st, train=tr, ranking=ranking,
         pareto=front)
 

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 DAY = 86_400.0
+BUSY_DELAY_MS = 300
 PLAN_FILTER = QT_TRANSLATE_NOOP('MainWindow', 'batchfit plan (*.json);;All files (*)')
 DOCS = Path(__file__).resolve().parent.parent / 'docs'
 
@@ -140,6 +141,12 @@ class MainWindow(QMainWindow):
         self.busy.setRange(0, 0)
         self.busy.setMaximumWidth(120)
         self.busy.setVisible(False)
+        # Shown only when a recompute takes a while: a busy bar animates at 60 frames/s,
+        # and each frame takes the GIL from the search it is waiting for.
+        self._busy_delay = QTimer(self)
+        self._busy_delay.setSingleShot(True)
+        self._busy_delay.setInterval(BUSY_DELAY_MS)
+        self._busy_delay.timeout.connect(self.busy.show)
         self.status = QLabel()
         self.status.setObjectName('status_text')
         self.statusBar().addWidget(self.status, 1)
@@ -153,7 +160,7 @@ class MainWindow(QMainWindow):
         self.controller.sweep_ready.connect(self._show_sweep)
         self.controller.input_error.connect(self._show_input_error)
         self.controller.failed.connect(self._show_failure)
-        self.controller.busy_changed.connect(self.busy.setVisible)
+        self.controller.busy_changed.connect(self._busy_changed)
         self.results.candidate_selected.connect(self._show_candidate)
         self.hardware.snapshot_ready.connect(self._hardware_snapshot)
         self.gpu_panel.use_catalog.connect(self._use_catalog)
@@ -332,6 +339,14 @@ class MainWindow(QMainWindow):
             self.details.show_message(translate('MainWindow', 'No plan: {m}').format(
                 m=r.message))
 
+    @Slot(bool)
+    def _busy_changed(self, busy: bool) -> None:
+        if busy:
+            self._busy_delay.start()
+        else:
+            self._busy_delay.stop()
+            self.busy.hide()
+
     @Slot()
     def _shown(self) -> None:
         if self.outcome is not None:
@@ -486,7 +501,7 @@ class MainWindow(QMainWindow):
             self.open_path(path, confirm=False)
 
     def open_path(self, path: str, confirm: bool = True) -> bool:
-        """Open a plan file (``batchfit.plan/1``, from here or ``batchfit plan --save``).
+        """Open a plan file (``batchfit.plan``, from here or ``batchfit plan --save``).
 
         Its inputs go on screen; once the search is done, the row the file chose is
         selected again. False (with a message) when it cannot be read.
@@ -693,6 +708,7 @@ class MainWindow(QMainWindow):
         """Stop the workers and (unless ``remember`` is False) save window and session."""
         self.controller.shutdown()
         self._stages.cancel()
+        self._busy_delay.stop()
         self.hardware.stop()
         from ui.controllers.calibration_controller import CalibrationController
 

@@ -1,4 +1,4 @@
-"""The window's document is a plan file (``batchfit.plan/1``, :mod:`planner.plan_file`).
+"""The window's document is a plan file (``batchfit.plan``, :mod:`planner.plan_file`).
 
 Saving writes the same file ``batchfit plan --save`` writes: the inputs on screen, the
 selected candidate with its estimates and guidance. Opening turns a plan file (made here

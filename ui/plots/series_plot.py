@@ -76,11 +76,11 @@ class _Series:
         xs = np.log10(self.x) if vb.state['logMode'][0] else self.x
         lo, hi = float(xs.min()), float(xs.max())
         pad = 0.06 * (hi - lo) if hi > lo else 0.5
-        vb.setXRange(lo - pad, hi + pad, padding=0)
         ylo, yhi = float(self.y.min()), float(self.y.max())
         # at least ±5 % of the values: differences of 0.01 % are drawn flat, not as cliffs
         ypad = max(0.08 * (yhi - ylo), 0.05 * max(abs(yhi), abs(ylo)), 1e-9)
-        vb.setYRange(ylo - ypad, yhi + ypad, padding=0)
+        # one call: each range change re-lays the axes and asks for another repaint
+        vb.setRange(xRange=(lo - pad, hi + pad), yRange=(ylo - ypad, yhi + ypad), padding=0)
 
     def set_highlight(self, x: float | None, y: float | None) -> None:
         if x is None or y is None or not (np.isfinite(x) and np.isfinite(y)):
