@@ -9,7 +9,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run example test lint bench clean translations dist smoke dist-host-libs
+.PHONY: run example test lint bench clean translations dist smoke dist-host-libs screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,17 @@ $(BENCH)/.installed: pyproject.toml
 
 bench: $(BENCH)/.installed
 	$(BENCH)/bin/python -m benchmarks.run_all
+
+# The README's pictures, rendered offscreen by the app itself (a CJK font, e.g. Debian's
+# fonts-wqy-microhei, is needed for the Chinese one).
+SHOT := QT_QPA_PLATFORM=offscreen $(BIN)/batchfit-gui --screenshot
+screenshots: $(VENV)/.installed-run
+	$(SHOT) docs/screenshot.png --language en
+	$(SHOT) docs/screenshot-zh_CN.png --language zh_CN
+	mkdir -p build
+	$(BIN)/batchfit plan --model llama-3.1-70b --seq-len 8192 --gpu h200 --nodes 16 \
+		--global-batch 2048 --tokens 15T --save build/cluster-plan.json > /dev/null
+	$(SHOT) docs/screenshot-cluster.png --language en build/cluster-plan.json
 
 # The desktop app's translations (docs/translations.md): pull every translate() and
 # QT_TRANSLATE_NOOP string of ui/ into the .ts files, then compile each to its .qm.
