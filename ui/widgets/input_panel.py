@@ -156,6 +156,16 @@ def _narrow(combo: QComboBox) -> None:
     combo.setMinimumContentsLength(12)
 
 
+def _described_combo(table) -> QComboBox:
+    """A combo of ``table``'s keys (the CLI's values), each described in its tooltip."""
+    combo = QComboBox()
+    for key, item in table.items():
+        combo.addItem(key, key)
+        combo.setItemData(combo.count() - 1, core_text(item.description),
+                          Qt.ItemDataRole.ToolTipRole)
+    return combo
+
+
 class InputPanel(QScrollArea):
     """Every plan input, grouped; emits :attr:`changed` on each edit."""
 
@@ -256,20 +266,10 @@ class InputPanel(QScrollArea):
 
         # options: the keys are the CLI's values; their descriptions are item tooltips
         box, form = self._group(translate('InputPanel', 'Options'))
-        self.precision_combo = QComboBox()
-        for key, recipe in RECIPES.items():
-            self.precision_combo.addItem(key, key)
-            self.precision_combo.setItemData(self.precision_combo.count() - 1,
-                                             core_text(recipe.description),
-                                             Qt.ItemDataRole.ToolTipRole)
+        self.precision_combo = _described_combo(RECIPES)
         self._add_row(form, translate('InputPanel', 'precision'), self.precision_combo,
                       self.precision_combo, TIPS['precision'])
-        self.optimizer_combo = QComboBox()
-        for key, kind in OPTIMIZERS.items():
-            self.optimizer_combo.addItem(key, key)
-            self.optimizer_combo.setItemData(self.optimizer_combo.count() - 1,
-                                             core_text(kind.description),
-                                             Qt.ItemDataRole.ToolTipRole)
+        self.optimizer_combo = _described_combo(OPTIMIZERS)
         self._add_row(form, translate('InputPanel', 'optimizer'), self.optimizer_combo,
                       self.optimizer_combo, TIPS['optimizer'])
         self.tuning_combo = QComboBox()
