@@ -98,6 +98,11 @@ def test_user_plans_a_preset_on_a_catalog_gpu(qtbot, window):
     assert c.gpus in xs
     hx, _ = window.gpus_plot.series.highlight.getData()
     assert list(hx) == [c.gpus]
+    # throughput against the micro-batch, MFU on the right axis: both the candidate's own
+    mx, my = window.micro_plot.data()
+    here = list(mx).index(c.micro_batch)
+    assert my[here] == pytest.approx(c.tokens_per_s)
+    assert window.micro_plot.mfu_percent()[here] == pytest.approx(100 * c.mfu)
 
 
 def test_exports(qtbot, window, tmp_path):

@@ -172,46 +172,45 @@ def time_vs_batch_plot(parent=None) -> SeriesPlot:
                       colour='#2ca02c', parent=parent)
 
 
-class MicroBatchPlot(pg.GraphicsLayoutWidget):
-    """Throughput and MFU against the micro-batch, the rest of the layout fixed."""
+class MicroBatchPlot(SeriesPlot):
+    """Throughput against the micro-batch, the rest of the layout fixed; MFU on the right.
+
+    For one layout MFU is throughput × FLOPs per token ÷ (GPUs × peak): the same curve on
+    another scale, so one plot with a second axis shows both (and paints half as much as
+    two stacked plots).
+    """
 
     def __init__(self, parent=None) -> None:
-        super().__init__(parent)
-        self.throughput_item = self.addPlot(row=0, col=0, title=translate('SeriesPlot',
-            'Throughput and MFU vs micro-batch'))
-        self.throughput_item.setLabel('left', translate('SeriesPlot', 'tokens/s'))
-        add_light_grid(self.throughput_item)
-        plain_axes(self.throughput_item)
-        self.mfu_item = self.addPlot(row=1, col=0)
-        self.mfu_item.setLabel('left', translate('SeriesPlot', 'MFU (%)'))
-        self.mfu_item.setLabel('bottom', translate('SeriesPlot', 'micro-batch'))
-        add_light_grid(self.mfu_item)
-        plain_axes(self.mfu_item)
-        self.mfu_item.setXLink(self.throughput_item)
-        tps = translate('SeriesPlot', 'micro {micro:.0f}: {tps:,.0f} tokens/s')
-        self.throughput = _Series(self.throughput_item, '#1f77b4',
-                                  lambda x, y: tps.format(micro=x, tps=y))
-        mfu = translate('SeriesPlot', 'micro {micro:.0f}: {mfu:.1f}% MFU')
-        self.mfu = _Series(self.mfu_item, '#ff7f0e', lambda x, y: mfu.format(micro=x, mfu=y))
-        self.scene().sigMouseMoved.connect(self._hover)
+        readout = translate('SeriesPlot', 'micro {micro:.0f}: {tps:,.0f} tokens/s, {mfu:.1f}% MFU')
+        super().__init__(translate('SeriesPlot', 'Throughput and MFU vs micro-batch'),
+                         translate('SeriesPlot', 'micro-batch'),
+                         translate('SeriesPlot', 'tokens/s'),
+                         lambda x, y: readout.format(micro=x, tps=y, mfu=y * self.mfu_per_tps),
+                         parent=parent)
+        item = self.getPlotItem()
+        item.showAxis('right')
+        item.setLabel('right', translate('SeriesPlot', 'MFU (%)'))
+        item.getAxis('right').enableAutoSIPrefix(False)
+        self.mfu_per_tps = 0.0  # MFU in percent per token/s of this layout
 
-    def set_data(self, micro, tokens_per_s, mfu, selected_micro: int | None = None) -> None:
-        """Replace both curves; highlight ``selected_micro``."""
-        micro = np.asarray(micro, float)
-        self.throughput.set_data(micro, tokens_per_s)
-        self.mfu.set_data(micro, 100 * np.asarray(mfu, float))
+    def set_data(self, micro, tokens_per_s, mfu=(), selected_micro: int | None = None) -> None:
+        """Replace the curve; scale the MFU axis; highlight ``selected_micro``."""
+        micro, tps = np.asarray(micro, float), np.asarray(tokens_per_s, float)
+        mfu = np.asarray(mfu, float)
+        ok = tps > 0
+        self.mfu_per_tps = float(100 * mfu[ok][0] / tps[ok][0]) if ok.any() else 0.0
+        self.getPlotItem().getAxis('right').setScale(self.mfu_per_tps or 1.0)
+        super().set_data(micro, tps)
+        self.set_x_ticks(micro, lambda v: f'{v:.0f}')  # micro-batches are whole
         hit = np.flatnonzero(micro == selected_micro) if selected_micro is not None else []
         if len(hit):
-            i = int(hit[0])
-            self.throughput.set_highlight(micro[i], float(np.asarray(tokens_per_s)[i]))
-            self.mfu.set_highlight(micro[i], 100 * float(np.asarray(mfu)[i]))
+            self.set_highlight(micro[hit[0]], float(tps[hit[0]]))
         else:
-            self.throughput.set_highlight(None, None)
-            self.mfu.set_highlight(None, None)
+            self.set_highlight(None, None)
 
-    def _hover(self, pos: QPointF) -> None:
-        self.throughput.hover(pos)
-        self.mfu.hover(pos)
+    def mfu_percent(self) -> np.ndarray:
+        """The MFU (%) the right axis reads for each plotted point."""
+        return self.series.y * self.mfu_per_tps
 
 
 if __name__ == '__main__':

@@ -1599,6 +1599,10 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
         <translation>全局批大小（token）</translation>
     </message>
     <message>
+        <source>micro {micro:.0f}: {tps:,.0f} tokens/s, {mfu:.1f}% MFU</source>
+        <translation>微批次 {micro:.0f}：{tps:,.0f} tokens/s，MFU {mfu:.1f}%</translation>
+    </message>
+    <message>
         <source>Throughput and MFU vs micro-batch</source>
         <translation>吞吐量与 MFU 随微批次的变化</translation>
     </message>
@@ -1613,14 +1617,6 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
     <message>
         <source>micro-batch</source>
         <translation>微批次</translation>
-    </message>
-    <message>
-        <source>micro {micro:.0f}: {tps:,.0f} tokens/s</source>
-        <translation>微批次 {micro:.0f}：{tps:,.0f} tokens/s</translation>
-    </message>
-    <message>
-        <source>micro {micro:.0f}: {mfu:.1f}% MFU</source>
-        <translation>微批次 {micro:.0f}：MFU {mfu:.1f}%</translation>
     </message>
 </context>
 </TS>
