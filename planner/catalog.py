@@ -359,6 +359,27 @@ def find_interconnect(text: str, user_toml: Path | None = None) -> LinkSpec:
     return _find(_LINKS, text, load_interconnects(user_toml))
 
 
+# The network assumed between nodes when none is named, by GPU family (what such
+# clusters are usually built with); another family gets RoCE at 200 Gb/s.
+DEFAULT_INTER_NODE = {'hopper': 'ib-ndr', 'blackwell': 'ib-xdr', 'ampere': 'ib-hdr',
+                      'cdna3': 'roce-400', 'cdna2': 'slingshot-11', 'volta': 'ib-edr'}
+FALLBACK_INTER_NODE = 'roce-200'
+
+
+def inter_node_link(gpu: GpuSpec, nodes: int, named: str | None = None) -> LinkSpec | None:
+    """The network between ``nodes`` nodes of ``gpu``: the ``named`` one, else the GPU
+    family's usual one; None on a single node with none named.
+
+    Raises:
+        InputError: ``named`` is not in the catalog (field ``--inter-node``).
+    """
+    if named:
+        return find_interconnect(named)
+    if nodes > 1:
+        return find_interconnect(DEFAULT_INTER_NODE.get(gpu.family, FALLBACK_INTER_NODE))
+    return None
+
+
 # ----------------------------------------------------------------- local GPUs
 
 _MEMORY_TOKEN = re.compile(r'(\d+)g(?:b)?')

@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 
 EXIT_NO_PLAN = 1
 PLAN_SCHEMA = 'batchfit.plan-result/1'  # plan files are 'batchfit.plan/N'
-# The network assumed between nodes when --inter-node is not given, by GPU family.
-DEFAULT_INTER_NODE = {'hopper': 'ib-ndr', 'blackwell': 'ib-xdr', 'ampere': 'ib-hdr',
-                      'cdna3': 'roce-400', 'cdna2': 'slingshot-11', 'volta': 'ib-edr'}
-FALLBACK_INTER_NODE = 'roce-200'
 PARETO_ROWS = 8
 SECONDS_PER_DAY = 86_400.0
 _SUFFIXES = {'': 1, 'k': 1e3, 'm': 1e6, 'b': 1e9, 'g': 1e9, 't': 1e12}
@@ -187,7 +183,7 @@ def request_from_args(args: argparse.Namespace,
     Raises:
         InputError: an unknown model/GPU/network, or an inconsistent combination.
     """
-    from planner.catalog import find_gpu, find_interconnect
+    from planner.catalog import find_gpu, inter_node_link
     from planner.cli import lora_from_args
     from planner.model_source import resolve_model
     from planner.search import LayoutLimits, PlanRequest
@@ -198,11 +194,7 @@ def request_from_args(args: argparse.Namespace,
         raise InputError('--epochs', 'needs --samples')
     model = resolve_model(args.model)
     gpu = find_gpu(args.gpu)
-    link = None
-    if args.inter_node:
-        link = find_interconnect(args.inter_node)
-    elif args.nodes > 1:
-        link = find_interconnect(DEFAULT_INTER_NODE.get(gpu.family, FALLBACK_INTER_NODE))
+    link = inter_node_link(gpu, args.nodes, args.inter_node)
     if args.samples is not None:
         length = TrainingLength(samples=args.samples, epochs=args.epochs or 1.0)
     else:

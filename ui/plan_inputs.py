@@ -30,9 +30,6 @@ LORA_TARGETS: dict[str, tuple[str, ...]] = {
     'all': ('q', 'k', 'v', 'o', 'gate', 'up', 'down'),
 }
 LENGTH_KINDS: tuple[str, ...] = ('tokens', 'samples')
-# The network assumed between nodes, by GPU family (as ``batchfit plan``).
-DEFAULT_INTER_NODE = {'hopper': 'ib-ndr', 'blackwell': 'ib-xdr', 'ampere': 'ib-hdr',
-                      'cdna3': 'roce-400', 'cdna2': 'slingshot-11', 'volta': 'ib-edr'}
 
 
 @dataclass(frozen=True)
@@ -110,18 +107,14 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
     Raises:
         InputError: naming the field (``--model``, ``--seq-len``, ``--gpu``...).
     """
-    from planner.catalog import find_gpu, find_interconnect
+    from planner.catalog import find_gpu, inter_node_link
     from planner.model_source import resolve_model
     from planner.plan_request import PlanRequest
     from planner.step_time import TrainingLength
 
     model = resolve_model(inputs.model)
     gpu = find_gpu(inputs.gpu)
-    link = None
-    if inputs.inter_node:
-        link = find_interconnect(inputs.inter_node)
-    elif inputs.nodes > 1:
-        link = find_interconnect(DEFAULT_INTER_NODE.get(gpu.family, 'roce-200'))
+    link = inter_node_link(gpu, inputs.nodes, inputs.inter_node)
     if inputs.length_kind == 'samples':
         length = TrainingLength(samples=inputs.length_samples, epochs=inputs.length_epochs)
     else:
