@@ -35,6 +35,7 @@ from planner.activations import (
     lora_saved_base_casts,
     lora_scores_moment,
 )
+from planner.distinct_rows import DistinctRows, Spread, distinct_rows
 from planner.hardware import GpuSpec
 from planner.model_spec import ModelSpec
 from planner.model_states import OFFLOAD_CODES, model_state_bytes, stage_params
@@ -152,38 +153,22 @@ class MemoryArrays:
 
 
 def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
-                    overheads: Overheads | None = None) -> MemoryArrays:
-    """Score every configuration in ``cfg`` (numpy-broadcast) for one model."""
+                    overheads: Overheads | None = None, parts: bool = True) -> MemoryArrays:
+    """Score every configuration in ``cfg`` (numpy-broadcast) for one model.
+
+    With ``parts=False`` the named parts at the peak (``components``) are left empty:
+    the totals are the same, and a plan search, which shows the parts of a hundred
+    candidates at most, skips the third of the work that spreads them over the grid.
+    """
     ov = overheads or Overheads()
     r, opt = RECIPES[opts.precision], OPTIMIZERS[opts.optimizer]
-    b, s, t, c = cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp
-    sp = np.asarray(cfg.sequence_parallel, bool)
     pp = cfg.pp
-    rc = cfg.recompute
-
-    lora = opts.lora if opts.framework == 'hf' else None
-    layer_act, layer_full = _layer_activations(model, r, opts, cfg)
-    edge = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
     layers = np.ceil(model.num_layers / pp)
     inflight = _inflight(cfg)
-
-    bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp, lora)
-    fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c, r, lora)
-    if lora is None:
-        zero = np.zeros(())
-        extra = _LoraExtras(first_delta=zero, fwd_tmp=fwd_tmp, layer_fwd_tmp=zero,
-                            forward_mask=zero, recompute_tmp=zero, top_rebuilt=layer_full,
-                            bottom_rebuilt=layer_full)
-    else:
-        extra = _lora_extras(model, r, lora, opts.attention, cfg, layer_full, fwd_tmp)
-    # The top layer's backward under full recompute rebuilds its activations first.
-    top_bwd_tmp = bwd_tmp + np.where(rc == 2, extra.top_rebuilt, 0.0)
-
-    shared = _Shared(layer_act=layer_act, layer_full=layer_full, layers=layers,
-                     inflight=inflight, edge=edge, bwd_tmp=bwd_tmp, top_bwd_tmp=top_bwd_tmp,
-                     fwd_tmp=extra.fwd_tmp, lora=extra)
+    shared = _per_micro_batch(model, r, opts, cfg, layers, inflight)
     # Every phase as named parts, for the first and the last pipeline stage.
-    stage_phases = [_stage_phases(model, r, opt, opts, cfg, stage, shared)
+    state_rows = _state_rows(cfg)
+    stage_phases = [_stage_phases(model, r, opt, opts, cfg, stage, shared, state_rows)
                     for stage in ('first', 'last')]
     totals = [{p: sum(parts.values()) for p, parts in phases.items()}
               for phases in stage_phases]
@@ -195,7 +180,7 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     peak_phase = np.argmax(stacked, axis=0)
     tensor_peak = np.max(stacked, axis=0)
     components: dict[str, np.ndarray] = {}
-    for i, phase in enumerate(PHASES):
+    for i, phase in enumerate(PHASES if parts else ()):
         for pick, phases in ((~use_last, stage_phases[0]), (use_last, stage_phases[1])):
             here = pick & (peak_phase == i)
             for name, value in phases[phase].items():
@@ -210,7 +195,68 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     total = tensor_peak + sum(overhead.values())
     return MemoryArrays(components=components, phase_bytes=phase_bytes, peak_phase=peak_phase,
                         tensor_peak_bytes=tensor_peak, overhead=overhead, total_bytes=total,
-                        activations_per_layer_bytes=np.asarray(layer_act, float))
+                        activations_per_layer_bytes=np.asarray(shared.layer_act, float))
+
+
+def _token_rows(cfg: ConfigArrays) -> DistinctRows | None:
+    """Rows that hold the same micro-batch of tokens per rank: what activations depend on."""
+    return distinct_rows(cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp, cfg.sequence_parallel,
+                         cfg.recompute)
+
+
+def _state_rows(cfg: ConfigArrays) -> DistinctRows | None:
+    """Rows that hold the same model states: what weights, gradients and optimizer states
+    depend on."""
+    return distinct_rows(cfg.tp, cfg.pp, cfg.ep, cfg.dp, cfg.cp, cfg.zero, cfg.offload)
+
+
+def _picked(cfg: ConfigArrays, rows: DistinctRows) -> ConfigArrays:
+    """``cfg`` at the distinct ``rows`` (for formulas that read only the rows' key)."""
+    return ConfigArrays(*(rows.pick(getattr(cfg, f.name)) for f in fields(cfg)))
+
+
+def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays,
+                     layers: np.ndarray, inflight: np.ndarray) -> _Shared:
+    """The activation figures of one micro-batch, evaluated once per distinct
+    :func:`_token_rows` row and spread to every configuration."""
+    rows = _token_rows(cfg)
+    at = cfg if rows is None else _picked(cfg, rows)
+    b, s, t, c = at.micro_batch, at.seq_len, at.tp, at.cp
+    sp = np.asarray(at.sequence_parallel, bool)
+    lora = opts.lora if opts.framework == 'hf' else None
+    layer_act, layer_full = _layer_activations(model, r, opts, at)
+    edge = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
+    bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp, lora)
+    fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c, r, lora)
+    if lora is None:
+        zero = np.zeros(())
+        extra = _LoraExtras(first_delta=zero, fwd_tmp=fwd_tmp, layer_fwd_tmp=zero,
+                            forward_mask=zero, recompute_tmp=zero, top_rebuilt=layer_full,
+                            bottom_rebuilt=layer_full)
+    else:
+        extra = _lora_extras(model, r, lora, opts.attention, at, layer_full, fwd_tmp)
+    # The top layer's backward under full recompute rebuilds its activations first.
+    top_bwd_tmp = bwd_tmp + np.where(at.recompute == 2, extra.top_rebuilt, 0.0)
+    if rows is not None:
+        layer_act, layer_full, bwd_tmp, top_bwd_tmp = (
+            rows.spread(a) for a in (layer_act, layer_full, bwd_tmp, top_bwd_tmp))
+        edge, extra = Spread(edge, rows), Spread(extra, rows)
+    return _Shared(layer_act=layer_act, layer_full=layer_full, layers=layers,
+                   inflight=inflight, edge=edge, bwd_tmp=bwd_tmp, top_bwd_tmp=top_bwd_tmp,
+                   fwd_tmp=extra.fwd_tmp, lora=extra)
+
+
+def _model_states(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
+                  stage: str, rows: DistinctRows | None):
+    """One stage's parameters and model-state bytes for every configuration, evaluated
+    once per distinct :func:`_state_rows` row (``rows``; None: on every row)."""
+    pick = (lambda a: a) if rows is None else rows.pick
+    params = stage_params(model, pick(cfg.tp), pick(cfg.pp), pick(cfg.ep), stage, opts.lora)
+    ms = model_state_bytes(model, r, opt, params=params, dp=pick(cfg.dp), cp=pick(cfg.cp),
+                           ep=pick(cfg.ep), zero=pick(cfg.zero), offload=pick(cfg.offload),
+                           framework=opts.framework, foreach=opts.foreach, lora=opts.lora,
+                           prefetch_layers=opts.zero3_prefetch_layers)
+    return (params, ms) if rows is None else (Spread(params, rows), Spread(ms, rows))
 
 
 @dataclass(frozen=True)
@@ -333,25 +379,26 @@ def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) 
     configurations whose floor alone is over the usable memory before estimating the rest.
     """
     r, opt = RECIPES[opts.precision], OPTIMIZERS[opts.optimizer]
-    params = stage_params(model, cfg.tp, cfg.pp, cfg.ep, 'first', opts.lora)
-    ms = model_state_bytes(model, r, opt, params=params, dp=cfg.dp, cp=cfg.cp, ep=cfg.ep,
-                           zero=cfg.zero, offload=cfg.offload, framework=opts.framework,
-                           foreach=opts.foreach, lora=opts.lora,
-                           prefetch_layers=opts.zero3_prefetch_layers)
-    layer_act, _ = _layer_activations(model, r, opts, cfg)
+    state_rows, token_rows = _state_rows(cfg), _token_rows(cfg)
+    _, ms = _model_states(model, r, opt, opts, cfg if state_rows is None
+                          else _picked(cfg, state_rows), 'first', None)
+    states = ms.weights + ms.optimizer_states
+    layer_act, _ = _layer_activations(model, r, opts, cfg if token_rows is None
+                                      else _picked(cfg, token_rows))
+    if state_rows is not None:
+        states = state_rows.spread(states)
+    if token_rows is not None:
+        layer_act = token_rows.spread(layer_act)
     layers = np.ceil(model.num_layers / cfg.pp)
-    return ms.weights + ms.optimizer_states + layer_act * layers * _inflight(cfg)
+    return states + layer_act * layers * _inflight(cfg)
 
 
 def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
-                  stage: str, sh: _Shared) -> dict[str, dict[str, np.ndarray]]:
+                  stage: str, sh: _Shared, state_rows: DistinctRows | None
+                  ) -> dict[str, dict[str, np.ndarray]]:
     """Named parts of every phase of one pipeline stage (they sum to the phase total)."""
     pp, rc, e = cfg.pp, cfg.recompute, r.act_bytes
-    params = stage_params(model, cfg.tp, pp, cfg.ep, stage, opts.lora)
-    ms = model_state_bytes(model, r, opt, params=params, dp=cfg.dp, cp=cfg.cp, ep=cfg.ep,
-                           zero=cfg.zero, offload=cfg.offload, framework=opts.framework,
-                           foreach=opts.foreach, lora=opts.lora,
-                           prefetch_layers=opts.zero3_prefetch_layers)
+    params, ms = _model_states(model, r, opt, opts, cfg, stage, state_rows)
     first = (stage == 'first') | (pp == 1)
     last = (stage == 'last') | (pp == 1)
     inflight = sh.inflight if stage == 'first' else 1.0

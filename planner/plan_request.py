@@ -17,10 +17,10 @@ import numpy as np
 from planner.efficiency import CalibrationProfile
 from planner.errors import InputError
 from planner.hardware import GpuSpec, LinkSpec
-from planner.memory import Overheads
+from planner.memory import ConfigArrays, MemoryOptions, Overheads
 from planner.model_spec import ModelSpec
 from planner.recipes import OPTIMIZERS, RECIPES
-from planner.step_time import RECOMPUTE_MODES, StepTimeOptions, TrainingLength
+from planner.step_time import RECOMPUTE_MODES, LayoutArrays, StepTimeOptions, TrainingLength
 from planner.training import ATTENTION_KINDS, FRAMEWORKS, LoraSpec
 
 SORT_KEYS: tuple[str, ...] = ('time', 'cost', 'gpus', 'headroom')
@@ -240,6 +240,26 @@ class PlanRequest:
     def loss_kind(self) -> str:
         """The loss implementation whose buffers are counted."""
         return self.loss or self.framework
+
+    def memory_options(self) -> MemoryOptions:
+        """The memory model's choices shared by every layout of this request."""
+        return MemoryOptions(precision=self.precision, optimizer=self.optimizer,
+                             attention=self.attention, framework=self.framework,
+                             loss=self.loss_kind, lora=self.lora)
+
+    def memory_config(self, layout: LayoutArrays) -> ConfigArrays:
+        """The memory model's axes for ``layout``'s candidates.
+
+        What every candidate shares (sequence length, no expert parallelism or offload,
+        the sequence-parallel flag) stays 0-d, so the estimate does not carry it along
+        as a full column.
+        """
+        return ConfigArrays(
+            seq_len=np.asarray(self.seq_len), micro_batch=layout.micro_batch,
+            grad_accum=layout.grad_accum, tp=layout.tp, pp=layout.pp, vpp=layout.vpp,
+            cp=layout.cp, ep=np.asarray(1), dp=layout.dp, zero=layout.zero,
+            offload=np.asarray(0), recompute=layout.recompute,
+            sequence_parallel=np.asarray(self.limits.sequence_parallel))
 
     def to_dict(self) -> dict[str, Any]:
         """The request as JSON (the ``request`` member of ``plan --json``)."""

@@ -13,31 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from planner.memory import PHASES, MemoryArrays
+from planner.distinct_rows import packed_key
+from planner.memory import PHASES, MemoryArrays, estimate_arrays
 from planner.plan_request import PlanRequest
 from planner.step_time import RECOMPUTE_MODES, LayoutArrays, StepTimeArrays, TrainingTimeArrays
 
 STATUS_OK = 'ok'
 STATUS_NO_FACTORISATION = 'no_factorisation'
 STATUS_NO_FIT = 'no_fit'
-
-
-def _row_keys(columns: list[np.ndarray]) -> np.ndarray:
-    """One integer per row that differs exactly when a column does (mixed radix).
-
-    A 1-D ``np.unique`` is a plain sort, several times cheaper than ``axis=0`` on the
-    stacked columns. Falls back to the stacked columns when the key would not fit 62 bits.
-    """
-    if not columns[0].size:
-        return columns[0]
-    lows = [int(c.min()) for c in columns]
-    radices = [int(c.max()) - low + 1 for c, low in zip(columns, lows, strict=True)]
-    if math.prod(radices) >= 1 << 62:
-        return np.stack(columns, axis=1)
-    key = np.zeros(len(columns[0]), np.int64)
-    for column, low, radix in zip(columns, lows, radices, strict=True):
-        key = key * radix + (column - low)
-    return key
 
 
 def time_bucket(values: np.ndarray) -> np.ndarray:
@@ -143,7 +126,9 @@ class SearchResult:
     The fitting candidates are kept as arrays (``layout``, ``step``, ``train`` and the
     memory rows ``memory_rows`` of ``memory``), in grid order; ``ranking`` orders them
     by the request's sort key and ``pareto`` lists those on the time-to-train vs
-    GPU-hours front (fastest first).
+    GPU-hours front (fastest first). The search keeps memory totals only (``memory``
+    without ``components``); :meth:`candidates` estimates the named parts of the rows
+    it returns.
 
     Attributes:
         request: the request.
@@ -194,6 +179,10 @@ class SearchResult:
             raise IndexError('the search found no candidates')
         rows = np.asarray(self.memory_rows)[idx]
         req = self.request
+        if not mem.components:  # the search kept totals only: estimate these rows' parts
+            mem = estimate_arrays(req.model, req.memory_options(),
+                                  req.memory_config(lay.take(idx)), req.overheads)
+            rows = np.arange(idx.size)
         capacity = req.gpu.memory_bytes
         usable = int(capacity * (1 - req.margin_fraction))
         shape, mem_shape = np.shape(st.step_time_s), mem.total_bytes.shape
@@ -271,7 +260,7 @@ class SearchResult:
             time_bucket(st.step_time_s), st.gpus, lay.tp, lay.pp, lay.vpp, lay.zero,
             lay.recompute)]
         # the first (best-ranked) row of each distinct key, in rank order
-        keys = _row_keys(columns)
+        keys = packed_key(columns)
         _, first = np.unique(keys, axis=0 if keys.ndim == 2 else None, return_index=True)
         ranks = np.sort(first)[:k]
         return self.candidates(head[ranks], ranks + 1)

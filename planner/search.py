@@ -41,8 +41,8 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.activations import RECOMPUTE_CODES
+from planner.distinct_rows import packed_key
 from planner.memory import (
-    ConfigArrays,
     MemoryArrays,
     MemoryOptions,
     estimate_arrays,
@@ -206,22 +206,6 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
                         sequence_parallel=np.full(il.size, req.limits.sequence_parallel))
 
 
-def _memory_options(req: PlanRequest) -> MemoryOptions:
-    return MemoryOptions(precision=req.precision, optimizer=req.optimizer,
-                         attention=req.attention, framework=req.framework, loss=req.loss_kind,
-                         lora=req.lora)
-
-
-def _config_arrays(req: PlanRequest, grid: LayoutArrays) -> ConfigArrays:
-    n = len(grid)
-    return ConfigArrays(
-        seq_len=np.full(n, req.seq_len), micro_batch=grid.micro_batch,
-        grad_accum=grid.grad_accum, tp=grid.tp, pp=grid.pp, vpp=grid.vpp, cp=grid.cp,
-        ep=np.ones(n, int), dp=grid.dp, zero=grid.zero,
-        offload=np.zeros(n, int), recompute=grid.recompute,
-        sequence_parallel=grid.sequence_parallel)
-
-
 def _usable_bytes(req: PlanRequest) -> float:
     return req.gpu.memory_bytes * (1 - req.margin_fraction)
 
@@ -249,6 +233,26 @@ def _ranking(sort_by: str, time_s, cost, headroom, layout: LayoutArrays, gpus) -
     Simpler means, in order: fewer GPUs, a lower ZeRO stage, less recompute, no CP,
     no interleaving, less PP, less TP; then more memory headroom.
     """
+    simpler = [layout.zero, layout.recompute, layout.cp, layout.vpp, layout.pp, layout.tp]
+    primary = {  # most significant first
+        'time': [time_bucket(time_s), gpus],
+        'cost': [time_bucket(cost), time_bucket(time_s), gpus],
+        'gpus': [gpus, time_bucket(time_s)],
+        'headroom': None,  # a float key first: no integer packing
+    }[sort_by]
+    columns = None if primary is None else [np.asarray(c) for c in (*primary, *simpler)]
+    if columns is not None and all(np.isfinite(c).all() for c in columns[:len(primary)]):
+        # Every integer key packed into one (mixed radix): np.lexsort then sorts two
+        # keys instead of nine (a third of the search's ranking time).
+        key = packed_key([np.broadcast_to(c, np.shape(headroom)) for c in columns])
+        if key.ndim == 1:
+            return np.lexsort((-headroom, key))
+    return _ranking_lexsort(sort_by, time_s, cost, headroom, layout, gpus)
+
+
+def _ranking_lexsort(sort_by: str, time_s, cost, headroom, layout: LayoutArrays,
+                     gpus) -> np.ndarray:
+    """:func:`_ranking` by one key per axis (any key values)."""
     # One integer per candidate, ordered as listed below (each axis < 4096).
     simpler = np.zeros(np.shape(gpus), np.int64)
     for axis in (layout.zero, layout.recompute, layout.cp, layout.vpp, layout.pp, layout.tp):
@@ -274,11 +278,12 @@ def _fitting_memory(req: PlanRequest, opts: MemoryOptions, grid: LayoutArrays, u
     the rest is the grid's whenever anything fits. (Chunks on two threads were tried:
     numpy's loops release the GIL, but the chunking cost as much as it saved.)
     """
-    floor = tensor_peak_floor(req.model, opts, _config_arrays(req, grid))
+    floor = tensor_peak_floor(req.model, opts, req.memory_config(grid))
     kept = grid.take(np.flatnonzero(floor <= usable))
     if not len(kept):
         return kept, None, math.inf
-    memory = estimate_arrays(req.model, opts, _config_arrays(req, kept), req.overheads)
+    memory = estimate_arrays(req.model, opts, req.memory_config(kept), req.overheads,
+                             parts=False)
     total = np.broadcast_to(np.asarray(memory.total_bytes, float), (len(kept),))
     rows = np.flatnonzero(total <= usable)
     return kept.take(rows), memory.take(rows), float(total.min())
@@ -328,14 +333,14 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
                              f'factorises a global batch of {batch} exactly', 0, None, step)
 
     grid_size = len(grid)
-    opts = _memory_options(req)
+    opts = req.memory_options()
     layout, memory, min_total = _fitting_memory(req, opts, grid, usable)
     rows = np.arange(len(layout))
     step(0.6)
     if rows.size == 0:
         # the smallest peak over the whole grid, for the message
-        total = np.asarray(estimate_arrays(req.model, opts, _config_arrays(req, grid),
-                                           req.overheads).total_bytes, float)
+        total = np.asarray(estimate_arrays(req.model, opts, req.memory_config(grid),
+                                           req.overheads, parts=False).total_bytes, float)
         return _without_plan(req, started, STATUS_NO_FIT,
                              f'none of the {len(grid):,} layouts for a global batch of {batch} '
                              f'fits in {usable / 2**30:.1f} GiB per GPU (smallest peak '
@@ -402,8 +407,8 @@ def nearest_global_batches(req: PlanRequest) -> tuple[int | None, int | None]:
     grid = enumerate_grid(req, 1, micro_batches=np.asarray([b_min]), fixed_accum=pp_max)
     if len(grid) == 0:
         return None, None
-    memory = estimate_arrays(req.model, _memory_options(req), _config_arrays(req, grid),
-                             req.overheads)
+    memory = estimate_arrays(req.model, req.memory_options(), req.memory_config(grid),
+                             req.overheads, parts=False)
     units = np.unique(grid.dp[np.asarray(memory.total_bytes) <= _usable_bytes(req)] * b_min)
     if units.size == 0:
         return None, None

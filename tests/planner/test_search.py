@@ -395,18 +395,3 @@ def test_lora_request_to_json():
                          'trainable_parameters': m.num_layers * 16 * (
                              (m.hidden_size + m.q_size) + (m.hidden_size + m.kv_size))}
     assert request().to_dict()['lora'] is None
-
-
-@pytest.mark.parametrize('high', [4, 1 << 60])  # one key per row, or the stacked fallback
-def test_row_keys_match_exactly_when_the_rows_do(high):
-    from planner.plan_result import _row_keys
-
-    rng = np.random.default_rng(7)
-    columns = [rng.integers(-3, 4, 500), rng.integers(1, 9, 500), rng.integers(0, high, 500),
-               rng.integers(0, 2, 500)]
-    keys = _row_keys([c.astype(np.int64) for c in columns])
-    rows = np.stack(columns, axis=1)
-    for i, j in rng.integers(0, 500, (2000, 2)):
-        same_row = bool(np.all(rows[i] == rows[j]))
-        assert bool(np.all(keys[i] == keys[j])) == same_row
-    assert (keys.ndim == 1) == (high == 4)
