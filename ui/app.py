@@ -76,6 +76,9 @@ def make_app(argv: list[str] | None = None):
     from PySide6.QtGui import QGuiApplication
     from PySide6.QtWidgets import QApplication
 
+    from ui.allocator import keep_freed_memory
+
+    keep_freed_memory()  # before the worker thread allocates its first arrays
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv[:1])
     QApplication.setApplicationName(APP_NAME)
     QApplication.setOrganizationName(ORG_NAME)

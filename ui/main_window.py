@@ -88,7 +88,9 @@ class MainWindow(QMainWindow):
         self.controller = PlanController(self, sweep_after_shown=True, **kwargs)
         self.hardware = HardwareController(self)
         self.outcome: PlanOutcome | None = None
+        self.shown_outcome: PlanOutcome | None = None  # the last one plan_shown announced
         self._stages = StagedUpdate(self)
+        self._showing_table = False
         self._guidance = None  # of the selected row
         self._pending_choice = None  # the row an opened plan file chose
         self.path: str | None = None
@@ -314,13 +316,21 @@ class MainWindow(QMainWindow):
         """
         self.outcome = outcome
         self._stages.start(lambda: self._show_table(outcome), [
-            lambda: self._show_series(outcome)])
+            lambda: self._show_plots(outcome)])
 
-    def _show_series(self, outcome: PlanOutcome) -> None:
+    def _show_plots(self, outcome: PlanOutcome) -> None:
+        """The three series plots of a new plan, each changed once (one repaint each)."""
         self.gpus_plot.set_data(outcome.by_gpus.x, outcome.by_gpus.y / DAY)
-        self._set_batch_sweep(self.outcome)  # the sweep may have arrived meanwhile
+        self._show_candidate_plots(self.results.selected_candidate())
 
     def _show_table(self, outcome: PlanOutcome) -> None:
+        self._showing_table = True  # the selection it makes leaves the plots to _show_plots
+        try:
+            self._fill_table(outcome)
+        finally:
+            self._showing_table = False
+
+    def _fill_table(self, outcome: PlanOutcome) -> None:
         r = outcome.result
         self.inputs.show_errors({})
         summary = translate('MainWindow', '{fit:,} of {grid:,} layouts fit · searched in '
@@ -353,6 +363,7 @@ class MainWindow(QMainWindow):
             # its batch sweep may start once this last step is painted (posted paint
             # events run before a 0 ms timer)
             QTimer.singleShot(0, self.controller.shown)
+            self.shown_outcome = self.outcome
             self.plan_shown.emit(self.outcome)
 
     def _set_batch_sweep(self, outcome: PlanOutcome) -> None:
@@ -373,7 +384,8 @@ class MainWindow(QMainWindow):
     def _show_candidate(self, c: Candidate | None) -> None:
         """A row was selected: details and memory now, the other plots on a later turn."""
         self._show_candidate_details(c)
-        self._stages.then([lambda: self._show_candidate_plots(c)])
+        if not self._showing_table:
+            self._stages.then([lambda: self._show_candidate_plots(c)])
 
     def _show_candidate_details(self, c: Candidate | None) -> None:
         o = self.outcome
@@ -393,10 +405,13 @@ class MainWindow(QMainWindow):
         o = self.outcome
         if c is None or o is None:
             self.gpus_plot.set_highlight(None, None)
+            if o is not None:
+                self._set_batch_sweep(o)
             self.batch_plot.set_highlight(None, None)
             self.micro_plot.set_data([], [], [])
             return
         self.gpus_plot.set_highlight(c.gpus, c.time_to_train_s / DAY)
+        self._set_batch_sweep(o)  # the sweep may have arrived meanwhile
         self.batch_plot.set_highlight(c.global_batch * o.request.seq_len,
                                       c.time_to_train_s / DAY)
         crit = None if self._guidance is None else self._guidance.critical_batch_tokens

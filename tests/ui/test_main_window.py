@@ -22,8 +22,8 @@ def _wait_for_plan(qtbot, w: MainWindow, check=None, timeout: int = 20_000):
     def ok(outcome) -> bool:
         return check is None or check(outcome)
 
-    latest = w.outcome
-    if latest is not None and check is not None and ok(latest) and not w.updating:
+    latest = w.shown_outcome
+    if latest is not None and check is not None and ok(latest):
         return latest  # already shown (the signal fired before we started waiting)
     with qtbot.waitSignal(w.plan_shown, timeout=timeout, check_params_cb=ok) as sig:
         pass

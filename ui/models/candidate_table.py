@@ -1,9 +1,11 @@
 """The candidates of a search as a Qt table model, with a filter proxy and CSV export.
 
 :class:`CandidateTableModel` shows :class:`planner.plan_result.Candidate` records, one
-per row, columns with their units; ``Qt.UserRole`` gives the raw number so the proxy
-sorts numerically. :class:`CandidateFilterProxy` filters on free text, on a minimum
-memory headroom and on the Pareto front.
+per row, columns with their units; ``Qt.UserRole`` gives the raw number. The model sorts
+itself on those numbers (one Python sort of its rows), and keeps the order through new
+results: a sorting proxy would ask ``data()`` about 800 times per new table, each a call
+from C++ into Python. :class:`CandidateFilterProxy` filters on free text, on a minimum
+memory headroom and on the Pareto front, and hands sorting to the model.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from PySide6.QtCore import (
     QT_TRANSLATE_NOOP,
     QAbstractTableModel,
     QModelIndex,
+    QModelRoleDataSpan,
     QPersistentModelIndex,
     QSortFilterProxyModel,
     Qt,
@@ -35,6 +38,13 @@ GIB = 2**30
 DAY = 86_400.0
 RAW_ROLE = Qt.ItemDataRole.UserRole
 CANDIDATE_ROLE = Qt.ItemDataRole.UserRole + 1
+# plain ints: data() compares roles tens of times per repaint
+_DISPLAY = int(Qt.ItemDataRole.DisplayRole)
+_ALIGN = int(Qt.ItemDataRole.TextAlignmentRole)
+_FOREGROUND = int(Qt.ItemDataRole.ForegroundRole)
+_TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
+_RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+_LEFT_ALIGNED = frozenset({'layout', 'recompute'})
 
 
 
@@ -136,18 +146,53 @@ def headroom_colour(headroom_bytes: float, usable_bytes: float) -> QColor:
     return _GOOD
 
 
+def _raw(col: Column, c: Candidate) -> Any:
+    """The column's number for sorting (NaN sorts last, as infinity)."""
+    value = col.value(c)
+    return value if not isinstance(value, float) or math.isfinite(value) else math.inf
+
+
 class CandidateTableModel(QAbstractTableModel):
-    """Candidates, one per row."""
+    """Candidates, one per row, kept in the order of the last :meth:`sort`."""
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self._rows: list[Candidate] = []
+        self._texts: dict[int, list[str]] = {}  # shown text of a row, made when first asked
+        self._sort: tuple[int, Qt.SortOrder] | None = None
 
     def set_candidates(self, candidates: Sequence[Candidate]) -> None:
-        """Replace every row."""
+        """Replace every row (in the current sort order)."""
         self.beginResetModel()
-        self._rows = list(candidates)
+        self._rows = self._sorted(list(candidates))
+        self._texts = {}
         self.endResetModel()
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Order the rows by ``column``'s raw numbers (stable: ties keep their rank order).
+
+        Column -1 (no sort) goes back to the rank order the search gave.
+        """
+        if column >= len(COLUMNS):
+            return
+        self._sort = (column, order) if column >= 0 else None
+        self.layoutAboutToBeChanged.emit()
+        before = self.persistentIndexList()
+        old = self._rows
+        self._rows = self._sorted(sorted(old, key=lambda c: c.rank))
+        row_of = {id(c): i for i, c in enumerate(self._rows)}
+        self.changePersistentIndexList(before, [
+            self.index(row_of[id(old[i.row()])], i.column()) for i in before])
+        self._texts = {}
+        self.layoutChanged.emit()
+
+    def _sorted(self, rows: list[Candidate]) -> list[Candidate]:
+        if self._sort is None:
+            return rows
+        column, order = self._sort
+        col = COLUMNS[column]
+        return sorted(rows, key=lambda c: _raw(col, c),
+                      reverse=order == Qt.SortOrder.DescendingOrder)
 
     def candidate(self, row: int) -> Candidate:
         """The candidate at source ``row``."""
@@ -177,22 +222,42 @@ class CandidateTableModel(QAbstractTableModel):
              role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
-        c = self._rows[index.row()]
+        row = index.row()
+        if role == _DISPLAY:
+            texts = self._texts.get(row)
+            if texts is None:
+                c = self._rows[row]
+                texts = self._texts[row] = [col.text(col.value(c)) for col in COLUMNS]
+            return texts[index.column()]
         col = COLUMNS[index.column()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return col.text(col.value(c))
+        if role == _ALIGN:
+            return None if col.key in _LEFT_ALIGNED else _RIGHT
+        if role == _FOREGROUND:
+            if col.key != 'headroom':
+                return None
+            m = self._rows[row].memory
+            return QBrush(headroom_colour(m.headroom_bytes, m.usable_bytes))
         if role == RAW_ROLE:
-            value = col.value(c)
-            return value if not isinstance(value, float) or math.isfinite(value) else math.inf
+            return _raw(col, self._rows[row])
         if role == CANDIDATE_ROLE:
-            return c
-        if role == Qt.ItemDataRole.TextAlignmentRole and col.key not in ('layout', 'recompute'):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ForegroundRole and col.key == 'headroom':
-            return QBrush(headroom_colour(c.memory.headroom_bytes, c.memory.usable_bytes))
-        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._rows[row]
+        if role == _TOOLTIP:
             return translate('CandidateTableModel', col.tooltip)
         return None
+
+    def multiData(self, index: QModelIndex | QPersistentModelIndex,  # noqa: N802
+                  roles: QModelRoleDataSpan) -> None:
+        """Every role a delegate asks of a cell, in one call (Qt 6's batched ``data``).
+
+        Painting a cell asks seven roles; one call from C++ into Python instead of seven
+        halves the table's repaint.
+        """
+        for item in roles:
+            value = self.data(index, item.role())
+            if value is None:
+                item.clearData()
+            else:
+                item.setData(value)
 
     def to_csv(self, rows: Sequence[int] | None = None) -> str:
         """The table as CSV: a header with units, then full-precision numbers."""
@@ -212,11 +277,10 @@ class CandidateTableModel(QAbstractTableModel):
 
 
 class CandidateFilterProxy(QSortFilterProxyModel):
-    """Sorts on raw numbers; filters on text, minimum headroom and the Pareto front."""
+    """Filters on text, minimum headroom and the Pareto front; the model sorts itself."""
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.setSortRole(RAW_ROLE)
         self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self.setFilterKeyColumn(-1)
         self._min_headroom_gib = 0.0
@@ -233,6 +297,10 @@ class CandidateFilterProxy(QSortFilterProxyModel):
         self.beginFilterChange()
         self._pareto_only = on
         self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Sort the model underneath; this proxy keeps its order (it only filters)."""
+        self.sourceModel().sort(column, order)
 
     def filterAcceptsRow(self, source_row: int,  # noqa: N802
                          source_parent: QModelIndex | QPersistentModelIndex) -> bool:

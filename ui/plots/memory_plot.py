@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QToolTip
 from planner.report import COMPONENT_LABELS, OVERHEAD_LABELS
 from ui.core_terms import core_text
 from ui.i18n import translate
+from ui.plots.series_plot import settle_view
 
 if TYPE_CHECKING:
     from planner.plan_result import CandidateMemory
@@ -45,6 +46,7 @@ class MemoryPlot(pg.PlotWidget):
         item.setTitle(translate('MemoryPlot', 'Per-GPU memory at the peak'))
         item.setLabel('left', translate('MemoryPlot', 'memory'), units='GiB')
         item.hideAxis('bottom')
+        item.getAxis('left').setStyle(autoReduceTextSpace=False)  # see plain_axes
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
         # One HTML text beside the bar rather than a LegendItem: rebuilding a legend's
@@ -73,6 +75,7 @@ class MemoryPlot(pg.PlotWidget):
         self.addItem(self.capacity_line, ignoreBounds=True)
         self.addItem(self.usable_line, ignoreBounds=True)
         self.heights_gib: dict[str, float] = {}
+        self._drawn: dict[str, tuple[float, float]] = {}  # (height, foot) each bar shows
         item.setXRange(-0.45, 3.3, padding=0)
         self.scene().sigMouseMoved.connect(self._on_mouse_moved)
 
@@ -85,7 +88,9 @@ class MemoryPlot(pg.PlotWidget):
             group, name = key.split('.', 1)
             value = 0.0 if memory is None else getattr(memory, group).get(name, 0) / GIB
             self.heights_gib[key] = value
-            bar.setOpts(height=[value], y0=[y0])
+            if value > 0 and self._drawn.get(key) != (value, y0):  # each bar redraws itself
+                self._drawn[key] = (value, y0)
+                bar.setOpts(height=[value], y0=[y0])
             bar.setVisible(value > 0)
             if value > 0:
                 rows.append(f'<span style="color:{_PALETTE[i % len(_PALETTE)]}">&#9632;</span>'
@@ -104,6 +109,7 @@ class MemoryPlot(pg.PlotWidget):
         self.usable_line.setVisible(True)
         top = max(cap, y0) * 1.05
         self.getPlotItem().setYRange(0, top, padding=0)
+        settle_view(self.getPlotItem())
         # from the floor up, clear of the capacity and usable labels near the top
         self.legend.setPos(BAR_X + BAR_WIDTH / 2 + 0.1, 0.0)
 

@@ -21,9 +21,25 @@ GRID_PEN = '#e4e4e4'
 
 
 def plain_axes(item: pg.PlotItem) -> None:
-    """Tick labels in the axis' own units: no ``(x0.001)`` SI rescaling of days or MFU."""
-    for name in ('left', 'bottom'):
-        item.getAxis(name).enableAutoSIPrefix(False)
+    """Tick labels in the axis' own units, in text space that only grows.
+
+    No ``(x0.001)`` SI rescaling of days or MFU. An axis whose labels got narrower would
+    shrink its text space during the paint, re-lay the plot and paint it again (twice the
+    cost of an update); growing only, it settles after the first few plans.
+    """
+    for name in ('left', 'bottom', 'right'):
+        axis = item.getAxis(name)
+        axis.enableAutoSIPrefix(False)
+        axis.setStyle(autoReduceTextSpace=False)
+
+
+def settle_view(item: pg.PlotItem) -> None:
+    """Apply a range change now rather than in the next paint.
+
+    pyqtgraph moves the view's items in ``prepareForPaint``, inside the paint, which marks
+    the scene changed again and paints the plot a second time.
+    """
+    item.getViewBox().prepareForPaint()
 
 
 def add_light_grid(item: pg.PlotItem) -> None:
@@ -59,14 +75,21 @@ class _Series:
         item.addItem(self.readout, ignoreBounds=True)
         self.x = np.zeros(0)
         self.y = np.zeros(0)
+        self.highlighted: tuple[float, float] | None = None
+        self.marked: tuple[float, str] | None = None
         self.x_label = item.getAxis('bottom').labelText
 
-    def set_data(self, x, y) -> None:
+    def set_data(self, x, y) -> bool:
+        """Replace the curve; False when it is already drawn (nothing to repaint)."""
         x, y = np.asarray(x, float), np.asarray(y, float)
         ok = np.isfinite(x) & np.isfinite(y)
-        self.x, self.y = x[ok], y[ok]
+        x, y = x[ok], y[ok]
+        if np.array_equal(x, self.x) and np.array_equal(y, self.y):
+            return False
+        self.x, self.y = x, y
         self.curve.setData(self.x, self.y)
         self.fit_view()
+        return True
 
     def fit_view(self) -> None:
         """Show every point (explicit ranges: auto-range lags behind linked axes)."""
@@ -83,13 +106,19 @@ class _Series:
         vb.setRange(xRange=(lo - pad, hi + pad), yRange=(ylo - ypad, yhi + ypad), padding=0)
 
     def set_highlight(self, x: float | None, y: float | None) -> None:
-        if x is None or y is None or not (np.isfinite(x) and np.isfinite(y)):
-            self.highlight.setData([], [])
-        else:
-            self.highlight.setData([x], [y])
+        point = None if x is None or y is None or not (np.isfinite(x) and np.isfinite(y)) \
+            else (float(x), float(y))
+        if point == self.highlighted:
+            return
+        self.highlighted = point
+        self.highlight.setData(*(([], []) if point is None else ([x], [y])))
 
     def set_marker(self, x: float | None, label: str = '') -> None:
-        if x is None or not np.isfinite(x) or x <= 0:
+        shown = None if x is None or not np.isfinite(x) or x <= 0 else (float(x), label)
+        if shown == self.marked:
+            return
+        self.marked = shown
+        if shown is None:
             self.marker.setVisible(False)
             return
         log_x = self.item.getViewBox().state['logMode'][0]
@@ -128,11 +157,13 @@ class SeriesPlot(pg.PlotWidget):
         plain_axes(item)
         item.setLogMode(x=log_x, y=False)
         self.series = _Series(item, colour, fmt)
+        self._x_ticks: list[tuple[float, str]] | None = None
         self.scene().sigMouseMoved.connect(self.series.hover)
 
     def set_data(self, x, y) -> None:
-        """Replace the curve."""
-        self.series.set_data(x, y)
+        """Replace the curve (nothing is redrawn when it is unchanged)."""
+        if self.series.set_data(x, y):
+            settle_view(self.getPlotItem())
 
     def set_highlight(self, x: float | None, y: float | None) -> None:
         """Mark the selected point (None clears it)."""
@@ -146,7 +177,9 @@ class SeriesPlot(pg.PlotWidget):
         """Label the x axis at ``values`` only (log axes get their log10 positions)."""
         log_x = self.getPlotItem().getViewBox().state['logMode'][0]
         ticks = [((np.log10(v) if log_x else v), label(v)) for v in values if v > 0]
-        self.getPlotItem().getAxis('bottom').setTicks([ticks, []])
+        if ticks != self._x_ticks:
+            self._x_ticks = ticks
+            self.getPlotItem().getAxis('bottom').setTicks([ticks, []])
 
     def data(self) -> tuple[np.ndarray, np.ndarray]:
         """The plotted (x, y)."""
@@ -198,8 +231,10 @@ class MicroBatchPlot(SeriesPlot):
         micro, tps = np.asarray(micro, float), np.asarray(tokens_per_s, float)
         mfu = np.asarray(mfu, float)
         ok = tps > 0
-        self.mfu_per_tps = float(100 * mfu[ok][0] / tps[ok][0]) if ok.any() else 0.0
-        self.getPlotItem().getAxis('right').setScale(self.mfu_per_tps or 1.0)
+        mfu_per_tps = float(100 * mfu[ok][0] / tps[ok][0]) if ok.any() else 0.0
+        if mfu_per_tps != self.mfu_per_tps:
+            self.mfu_per_tps = mfu_per_tps
+            self.getPlotItem().getAxis('right').setScale(mfu_per_tps or 1.0)
         super().set_data(micro, tps)
         self.set_x_ticks(micro, lambda v: f'{v:.0f}')  # micro-batches are whole
         hit = np.flatnonzero(micro == selected_micro) if selected_micro is not None else []

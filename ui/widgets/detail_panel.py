@@ -4,11 +4,17 @@ A ``QTreeWidget`` of (quantity, value) rows in sections; every estimate carries 
 formula as a tooltip. Warnings and guidance come from :mod:`planner.guidance`; their
 sentences, the memory part labels and the phase names are the core's English texts,
 shown through :func:`ui.core_terms.core_text`.
+
+A plan is first described as sections of :class:`_Line` rows, then drawn: when the
+sections and row keys are those already shown (another row of the same table, or the
+same layout after an edit), the items are updated in place; rebuilding the tree costs
+about three times as much (spanned titles re-lay the view).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
@@ -86,6 +92,24 @@ TIME_FORMULAS = {
 }
 
 
+@dataclass(frozen=True)
+class _Line:
+    """One row: a quantity and its value, or a line across both columns (``spanned``)."""
+
+    key: str
+    label: str
+    value: str = ''
+    tip: str = ''
+    colour: QColor | None = None  # of the value; of the label when spanned
+    spanned: bool = False
+
+
+@dataclass
+class _Section:
+    title: str
+    lines: list[_Line]
+
+
 def gib(n: float) -> str:
     """Bytes as GiB."""
     return f'{n / GIB:,.2f} GiB'
@@ -118,6 +142,8 @@ class DetailPanel(QTreeWidget):
         self.header().setStretchLastSection(True)
         self.setColumnWidth(0, LABEL_WIDTH[1])
         self._label_width_fitted = False
+        self._shape: tuple | None = None  # the sections and row keys on screen
+        self._sections: list[_Section] = []
         self.values: dict[str, str] = {}
         self.warnings_label = QLabel()
         self.warnings_label.setObjectName('warnings_label')
@@ -128,50 +154,84 @@ class DetailPanel(QTreeWidget):
     def show_message(self, text: str) -> None:
         """One line instead of a plan (no result yet, or no plan)."""
         self.clear()
+        self._shape = None
         self.values = {}
         self.warnings_label.setText('')
         item = QTreeWidgetItem([text, ''])
         self.addTopLevelItem(item)
         item.setFirstColumnSpanned(True)  # only once in the tree (a no-op before)
 
-    def _section(self, title: str) -> QTreeWidgetItem:
-        item = QTreeWidgetItem([title, ''])
-        font = QFont(item.font(0))
-        font.setBold(True)
-        item.setFont(0, font)
-        self.addTopLevelItem(item)
-        item.setFirstColumnSpanned(True)  # a title never squeezes into the label column
-        item.setExpanded(True)
-        return item
+    def _section(self, title: str) -> _Section:
+        section = _Section(title, [])
+        self._sections.append(section)
+        return section
 
-    def _row(self, parent: QTreeWidgetItem, key: str, label: str, value: str,
-             tip: str = '', colour: QColor | None = None) -> None:
-        item = QTreeWidgetItem([label, value])
-        item.setTextAlignment(1, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if tip:
-            item.setToolTip(0, tip)
-            item.setToolTip(1, tip)
-        if colour is not None:
-            item.setForeground(1, QBrush(colour))
-        parent.addChild(item)
-        self.values[key] = value
+    def _row(self, section: _Section, key: str, label: str, value: str, tip: str = '',
+             colour: QColor | None = None) -> None:
+        section.lines.append(_Line(key, label, value, tip, colour))
 
     def show_candidate(self, request: PlanRequest, c: Candidate,
                        guidance: Guidance | None) -> None:
         """Fill every section for candidate ``c``."""
-        self.clear()
-        self.values = {}
-        self.warnings_label.setText('')
+        self._sections: list[_Section] = []
         self._layout_section(c)
         if request.lora is not None:
             self._tuning_row(request)
         self._memory_section(c)
         self._time_section(request, c)
+        warnings: list[str] = []
         if guidance is not None:
-            self._guidance_section(guidance)
+            warnings = self._guidance_section(guidance)
+        self._draw(self._sections)
+        self.warnings_label.setText('\n'.join(f'⚠ {w}' for w in warnings))
         if not self._label_width_fitted:  # once: later the user's own width stays
             self._fit_label_column()
             self._label_width_fitted = True
+
+    def _draw(self, sections: list[_Section]) -> None:
+        """Show ``sections``: in place when their shape is the one on screen."""
+        shape = tuple((len(s.lines), tuple(line.key for line in s.lines)) for s in sections)
+        self.values = {line.key: line.label if line.spanned else line.value
+                       for s in sections for line in s.lines}
+        if shape == self._shape:
+            for i, section in enumerate(sections):
+                item = self.topLevelItem(i)
+                _set_text(item, 0, section.title)
+                for j, line in enumerate(section.lines):
+                    self._fill(item.child(j), line)
+            return
+        self.clear()
+        self._shape = shape
+        bold = QFont(self.font())
+        bold.setBold(True)
+        for section in sections:
+            item = QTreeWidgetItem([section.title, ''])
+            item.setFont(0, bold)
+            self.addTopLevelItem(item)
+            item.setFirstColumnSpanned(True)  # a title never squeezes into the label column
+            item.setExpanded(True)
+            for line in section.lines:
+                row = QTreeWidgetItem()
+                if not line.spanned:
+                    row.setTextAlignment(1, Qt.AlignmentFlag.AlignRight
+                                         | Qt.AlignmentFlag.AlignVCenter)
+                item.addChild(row)
+                self._fill(row, line)
+                if line.spanned:
+                    row.setFirstColumnSpanned(True)
+
+    @staticmethod
+    def _fill(item: QTreeWidgetItem, line: _Line) -> None:
+        """Texts, tooltips and colour of one row (only what changed is set)."""
+        _set_text(item, 0, line.label)
+        _set_text(item, 1, line.value)
+        if item.toolTip(0) != line.tip:
+            item.setToolTip(0, line.tip)
+            item.setToolTip(1, line.tip)
+        column = 0 if line.spanned else 1
+        brush = QBrush(line.colour) if line.colour is not None else QBrush()
+        if item.foreground(column) != brush:
+            item.setForeground(column, brush)
 
     def _fit_label_column(self) -> None:
         """Narrow the label column to its widest row label (within LABEL_WIDTH).
@@ -217,8 +277,7 @@ class DetailPanel(QTreeWidget):
         lora, model = request.lora, request.model
         trainable = lora_params(model, lora)
         kind = 'QLoRA' if lora.quantized else 'LoRA'
-        section = self.topLevelItem(self.topLevelItemCount() - 1)
-        self._row(section, 'tuning', translate('DetailPanel', 'fine-tuning'),
+        self._row(self._sections[-1], 'tuning', translate('DetailPanel', 'fine-tuning'),
                   translate('DetailPanel', '{kind} r={rank} on {targets}: {params:.1f}M '
                             'trainable ({share:.2%})').format(
                       kind=kind, rank=lora.rank, targets=', '.join(lora.targets),
@@ -290,7 +349,8 @@ class DetailPanel(QTreeWidget):
                   translate('DetailPanel', '${cost:,.0f} at ${price:.2f}/GPU-hour').format(
                       cost=c.cost_usd, price=request.price), _time_formula('cost'))
 
-    def _guidance_section(self, g: Guidance) -> None:
+    def _guidance_section(self, g: Guidance) -> list[str]:
+        """The guidance rows; returns the warnings (their own section, last)."""
         s = self._section(translate('DetailPanel', 'Batch and learning-rate guidance'))
         self._row(s, 'g.batch', translate('DetailPanel', 'global batch'),
                   translate('DetailPanel', '{seqs:,} seq = {tokens:,.2f}M tokens').format(
@@ -325,29 +385,14 @@ class DetailPanel(QTreeWidget):
         for i, note in enumerate(g.notes):
             text = core_text(note)
             self._row(s, f'g.note{i}', translate('DetailPanel', 'note'), text, text)
-        if g.warnings:
+        texts = [core_text(w) for w in g.warnings]
+        if texts:
             s = self._section(translate('DetailPanel', 'Warnings'))
-            texts = [core_text(w) for w in g.warnings]
-            for i, text in enumerate(texts):
-                item = QTreeWidgetItem([text, ''])
-                item.setToolTip(0, text)
-                item.setForeground(0, QBrush(QColor('#c62828')))
-                s.addChild(item)
-                item.setFirstColumnSpanned(True)
-                self.values[f'warning{i}'] = text
-            self.warnings_label.setText('\n'.join(f'⚠ {w}' for w in texts))
+            s.lines.extend(_Line(f'warning{i}', text, tip=text, colour=QColor('#c62828'),
+                                 spanned=True) for i, text in enumerate(texts))
+        return texts
 
 
-if __name__ == '__main__':
-    from PySide6.QtWidgets import QApplication
-
-    from ui.plan_compute import compute_plan, guidance_for
-    from ui.plan_inputs import PlanInputs
-
-    app = QApplication([])
-    o = compute_plan(PlanInputs())
-    w = DetailPanel()
-    w.show_candidate(o.request, o.candidates[0], guidance_for(o, o.candidates[0]))
-    w.resize(500, 700)
-    w.show()
-    app.exec()
+def _set_text(item: QTreeWidgetItem, column: int, text: str) -> None:
+    if item.text(column) != text:
+        item.setText(column, text)
