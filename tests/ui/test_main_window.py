@@ -389,3 +389,54 @@ def test_export_to_launchers(qtbot, window):
     for name, message in dialog.errors.items():  # a refused format says why
         assert name in message
     dialog.close()
+
+
+def test_a_new_plan_repaints_each_plot_once(qtbot, window):
+    """pyqtgraph repainted an updated plot two to four times (axes shrinking during the
+    paint, the view moved inside it); each plot now changes once and paints once."""
+    from PySide6.QtCore import QEvent, QObject
+
+    paints: dict[str, int] = dict.fromkeys(window.plots, 0)
+
+    class CountPaints(QObject):
+        def __init__(self, key: str) -> None:
+            super().__init__()
+            self.key = key
+
+        def eventFilter(self, _obj, event) -> bool:  # noqa: N802
+            if event.type() == QEvent.Type.Paint:
+                paints[self.key] += 1
+            return False
+
+    counters = [CountPaints(key) for key in window.plots]
+    for counter, plot in zip(counters, window.plots.values(), strict=True):
+        plot.viewport().installEventFilter(counter)
+    for value in ('1280', '1536'):  # the first edit lets every axis reach its width
+        paints.update(dict.fromkeys(paints, 0))
+        window.inputs.batch_edit.setText(value)
+        _wait_for_plan(qtbot, window, lambda o, v=int(value): o.inputs.batch_value == v)
+        qtbot.waitUntil(lambda: not window.updating, timeout=20_000)  # the sweep too
+        qtbot.wait(50)  # anything posted after the last step
+    assert paints['memory'] == paints['time_vs_gpus'] == paints['micro_batch'] == 1, paints
+    assert paints['time_vs_batch'] <= 2, paints  # the new plan, then its sweep's curve
+
+
+def test_the_detail_panel_updates_its_rows_in_place(qtbot, window):
+    o = window.outcome
+    details = window.details
+    first = o.candidates[0]
+    details.show_candidate(o.request, first, None)
+    shape = details._shape
+    items = [details.topLevelItem(i) for i in range(details.topLevelItemCount())]
+    rows = [items[0].child(j) for j in range(items[0].childCount())]
+    # another candidate with the same rows (parts, time terms) reuses every item
+    same = next(c for c in o.candidates[1:] if c.layout != first.layout
+                and (details.show_candidate(o.request, c, None) or details._shape == shape))
+    assert [details.topLevelItem(i) for i in range(details.topLevelItemCount())] == items
+    assert [items[0].child(j) for j in range(items[0].childCount())] == rows
+    assert details.values['layout'] == same.layout
+    assert rows[[r.text(0) for r in rows].index('TP / PP / CP / DP')].text(1) == same.layout
+    # a section more (the guidance) rebuilds the tree
+    details.show_candidate(o.request, same, window._guidance)
+    assert details.topLevelItemCount() > len(items)
+    assert details.values['g.batch']
