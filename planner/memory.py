@@ -210,8 +210,11 @@ def _state_rows(cfg: ConfigArrays) -> DistinctRows | None:
     return distinct_rows(cfg.tp, cfg.pp, cfg.ep, cfg.dp, cfg.cp, cfg.zero, cfg.offload)
 
 
-def _picked(cfg: ConfigArrays, rows: DistinctRows) -> ConfigArrays:
-    """``cfg`` at the distinct ``rows`` (for formulas that read only the rows' key)."""
+def _picked(cfg: ConfigArrays, rows: DistinctRows | None) -> ConfigArrays:
+    """``cfg`` at the distinct ``rows``, for formulas that read only the rows' key (all of
+    ``cfg`` when None)."""
+    if rows is None:
+        return cfg
     return ConfigArrays(*(rows.pick(getattr(cfg, f.name)) for f in fields(cfg)))
 
 
@@ -220,7 +223,7 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
     """The activation figures of one micro-batch, evaluated once per distinct
     :func:`_token_rows` row and spread to every configuration."""
     rows = _token_rows(cfg)
-    at = cfg if rows is None else _picked(cfg, rows)
+    at = _picked(cfg, rows)
     b, s, t, c = at.micro_batch, at.seq_len, at.tp, at.cp
     sp = np.asarray(at.sequence_parallel, bool)
     lora = opts.lora if opts.framework == 'hf' else None
@@ -250,10 +253,10 @@ def _model_states(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
                   stage: str, rows: DistinctRows | None):
     """One stage's parameters and model-state bytes for every configuration, evaluated
     once per distinct :func:`_state_rows` row (``rows``; None: on every row)."""
-    pick = (lambda a: a) if rows is None else rows.pick
-    params = stage_params(model, pick(cfg.tp), pick(cfg.pp), pick(cfg.ep), stage, opts.lora)
-    ms = model_state_bytes(model, r, opt, params=params, dp=pick(cfg.dp), cp=pick(cfg.cp),
-                           ep=pick(cfg.ep), zero=pick(cfg.zero), offload=pick(cfg.offload),
+    at = _picked(cfg, rows)
+    params = stage_params(model, at.tp, at.pp, at.ep, stage, opts.lora)
+    ms = model_state_bytes(model, r, opt, params=params, dp=at.dp, cp=at.cp, ep=at.ep,
+                           zero=at.zero, offload=at.offload,
                            framework=opts.framework, foreach=opts.foreach, lora=opts.lora,
                            prefetch_layers=opts.zero3_prefetch_layers)
     return (params, ms) if rows is None else (Spread(params, rows), Spread(ms, rows))
@@ -380,11 +383,10 @@ def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) 
     """
     r, opt = RECIPES[opts.precision], OPTIMIZERS[opts.optimizer]
     state_rows, token_rows = _state_rows(cfg), _token_rows(cfg)
-    _, ms = _model_states(model, r, opt, opts, cfg if state_rows is None
-                          else _picked(cfg, state_rows), 'first', None)
+    # summed on the distinct rows, then spread once
+    _, ms = _model_states(model, r, opt, opts, _picked(cfg, state_rows), 'first', None)
     states = ms.weights + ms.optimizer_states
-    layer_act, _ = _layer_activations(model, r, opts, cfg if token_rows is None
-                                      else _picked(cfg, token_rows))
+    layer_act, _ = _layer_activations(model, r, opts, _picked(cfg, token_rows))
     if state_rows is not None:
         states = state_rows.spread(states)
     if token_rows is not None:

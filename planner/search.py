@@ -233,15 +233,17 @@ def _ranking(sort_by: str, time_s, cost, headroom, layout: LayoutArrays, gpus) -
     Simpler means, in order: fewer GPUs, a lower ZeRO stage, less recompute, no CP,
     no interleaving, less PP, less TP; then more memory headroom.
     """
+    if sort_by == 'headroom':  # a float key first: no integer packing
+        return _ranking_lexsort(sort_by, time_s, cost, headroom, layout, gpus)
     simpler = [layout.zero, layout.recompute, layout.cp, layout.vpp, layout.pp, layout.tp]
+    by_time = time_bucket(time_s)
     primary = {  # most significant first
-        'time': [time_bucket(time_s), gpus],
-        'cost': [time_bucket(cost), time_bucket(time_s), gpus],
-        'gpus': [gpus, time_bucket(time_s)],
-        'headroom': None,  # a float key first: no integer packing
-    }[sort_by]
-    columns = None if primary is None else [np.asarray(c) for c in (*primary, *simpler)]
-    if columns is not None and all(np.isfinite(c).all() for c in columns[:len(primary)]):
+        'time': lambda: [by_time, gpus],
+        'cost': lambda: [time_bucket(cost), by_time, gpus],
+        'gpus': lambda: [gpus, by_time],
+    }[sort_by]()
+    columns = [np.asarray(c) for c in (*primary, *simpler)]
+    if all(np.isfinite(c).all() for c in columns[:len(primary)]):
         # Every integer key packed into one (mixed radix): np.lexsort then sorts two
         # keys instead of nine (a third of the search's ranking time).
         key = packed_key([np.broadcast_to(c, np.shape(headroom)) for c in columns])

@@ -90,7 +90,6 @@ class MainWindow(QMainWindow):
         self.outcome: PlanOutcome | None = None
         self.shown_outcome: PlanOutcome | None = None  # the last one plan_shown announced
         self._stages = StagedUpdate(self)
-        self._showing_table = False
         self._guidance = None  # of the selected row
         self._pending_choice = None  # the row an opened plan file chose
         self.path: str | None = None
@@ -315,22 +314,10 @@ class MainWindow(QMainWindow):
         for the whole update at once (the longest stall is about 30 ms on a 2-core VM).
         """
         self.outcome = outcome
-        self._stages.start(lambda: self._show_table(outcome), [
-            lambda: self._show_plots(outcome)])
-
-    def _show_plots(self, outcome: PlanOutcome) -> None:
-        """The three series plots of a new plan, each changed once (one repaint each)."""
-        self.gpus_plot.set_data(outcome.by_gpus.x, outcome.by_gpus.y / DAY)
-        self._show_candidate_plots(self.results.selected_candidate())
+        # the row the table selects queues the plots' step (_show_candidate)
+        self._stages.start(lambda: self._show_table(outcome), [])
 
     def _show_table(self, outcome: PlanOutcome) -> None:
-        self._showing_table = True  # the selection it makes leaves the plots to _show_plots
-        try:
-            self._fill_table(outcome)
-        finally:
-            self._showing_table = False
-
-    def _fill_table(self, outcome: PlanOutcome) -> None:
         r = outcome.result
         self.inputs.show_errors({})
         summary = translate('MainWindow', '{fit:,} of {grid:,} layouts fit · searched in '
@@ -384,8 +371,7 @@ class MainWindow(QMainWindow):
     def _show_candidate(self, c: Candidate | None) -> None:
         """A row was selected: details and memory now, the other plots on a later turn."""
         self._show_candidate_details(c)
-        if not self._showing_table:
-            self._stages.then([lambda: self._show_candidate_plots(c)])
+        self._stages.then([lambda: self._show_candidate_plots(c)])
 
     def _show_candidate_details(self, c: Candidate | None) -> None:
         o = self.outcome
@@ -402,7 +388,11 @@ class MainWindow(QMainWindow):
         self.memory_plot.set_memory(c.memory)
 
     def _show_candidate_plots(self, c: Candidate | None) -> None:
+        """The three series plots for the selected row (a plot left unchanged is not
+        redrawn, so a new plan changes and repaints each once)."""
         o = self.outcome
+        if o is not None:
+            self.gpus_plot.set_data(o.by_gpus.x, o.by_gpus.y / DAY)
         if c is None or o is None:
             self.gpus_plot.set_highlight(None, None)
             if o is not None:

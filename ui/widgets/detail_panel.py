@@ -173,7 +173,7 @@ class DetailPanel(QTreeWidget):
     def show_candidate(self, request: PlanRequest, c: Candidate,
                        guidance: Guidance | None) -> None:
         """Fill every section for candidate ``c``."""
-        self._sections: list[_Section] = []
+        self._sections = []
         self._layout_section(c)
         if request.lora is not None:
             self._tuning_row(request)
