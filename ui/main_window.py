@@ -226,22 +226,14 @@ class MainWindow(QMainWindow):
                      self.export_table_dialog)
         self.launcher_action = self._action(
             file, translate('MainWindow', 'Export plan to a &launcher…'), self.show_export_dialog)
-        from ui.widgets.export_dialog import export_available
-
-        self._export_ok, reason = export_available()
-        self.launcher_action.setEnabled(self._export_ok)
-        self.launcher_action.setToolTip(reason or translate(
+        self.launcher_action.setToolTip(translate(
             'MainWindow', 'torchrun, accelerate, DeepSpeed, Megatron, Slurm… for the selected '
             'plan'))
         file.setToolTipsVisible(True)
-        from ui.controllers.calibration_controller import calibration_available
-
-        self._calibrate_ok, reason = calibration_available()
         self.calibrate_action = self._action(
             file, translate('MainWindow', '&Calibrate on this machine…'),
             self.show_calibration_dialog)
-        self.calibrate_action.setEnabled(self._calibrate_ok)
-        self.calibrate_action.setToolTip(reason or translate(
+        self.calibrate_action.setToolTip(translate(
             'MainWindow', 'Measure matmul and step efficiency in a separate torch process'))
         plots = file.addMenu(translate('MainWindow', 'Export &plot'))
         names = {'memory': translate('MainWindow', 'Memory'),
@@ -623,9 +615,9 @@ class MainWindow(QMainWindow):
                 QMessageBox.warning(self, translate('MainWindow', 'Cannot export'), str(exc))
 
     def show_export_dialog(self):
-        """The selected plan in every launcher format (None when unavailable)."""
+        """The selected plan in every launcher format (None without a selected plan)."""
         c = self.results.selected_candidate()
-        if not self._export_ok or c is None or self.outcome is None:
+        if c is None or self.outcome is None:
             return None
         from ui.widgets.export_dialog import ExportDialog
 
@@ -635,9 +627,9 @@ class MainWindow(QMainWindow):
         return dialog
 
     def show_calibration_dialog(self):
-        """The calibration dialog for the model on screen (None when unavailable)."""
+        """The calibration dialog for the model on screen (None while a field is bad)."""
         inputs = self.current_inputs()
-        if not self._calibrate_ok or inputs is None:
+        if inputs is None:
             return None
         from ui.widgets.calibration_dialog import CalibrationDialog
 

@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from planner.catalog import find_gpu, find_interconnect
 from planner.errors import InputError
@@ -20,6 +22,7 @@ from planner.search import (
     LayoutLimits,
     PlanRequest,
     SearchCancelled,
+    divisors,
     enumerate_grid,
     pareto_front,
     search,
@@ -121,6 +124,20 @@ def brute_force(req: PlanRequest, batch: int) -> set[tuple[int, ...]]:
                             continue
                         out.add((nodes, per_node, tp, pp, vpp, cp, dp, micro, accum, zero, rc))
     return out
+
+
+@given(st.one_of(st.integers(1, 5000), st.integers(1, 2000).map(lambda k: k * k),
+                 st.integers(1, 2 ** 40)))
+def test_divisors_are_every_divisor_once_ascending(n):
+    d = divisors(n)
+    assert np.all(n % d == 0)
+    assert np.all(np.diff(d) > 0)
+    assert d[0] == 1
+    assert d[-1] == n
+    # divisors pair up as (k, n // k): each one's partner is in the list too
+    assert np.array_equal(np.sort(n // d), d)
+    if n <= 5000:
+        assert d.tolist() == [k for k in range(1, n + 1) if n % k == 0]
 
 
 def test_the_grid_holds_every_valid_candidate_and_nothing_else():

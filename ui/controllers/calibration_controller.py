@@ -16,16 +16,6 @@ from typing import Any
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal, Slot
 
 
-def calibration_available() -> tuple[bool, str]:
-    """Whether ``planner.calibrate`` is importable here, and why not."""
-    try:
-        from planner.calibrate.protocol import parse_event  # noqa: F401
-        from planner.calibrate.runner import CalibrationOptions, classify  # noqa: F401
-    except ImportError as exc:
-        return False, f'calibration is not available: {exc}'
-    return True, ''
-
-
 class CalibrationController(QObject):
     """One calibration at a time.
 

@@ -4,8 +4,8 @@ Each tab shows the text (comments and flags highlighted), the caveats the export
 notes, and Copy / Save buttons. A format that refuses the plan says why in its tab. The
 exporters' summaries are translated (:mod:`ui.core_terms`); their notes and refusals are
 the core's English messages, and the exported text itself is never translated.
-``planner.export`` and ``planner.plan_file`` are imported lazily:
-:func:`export_available` tells the window whether to offer the dialog at all.
+``planner.export`` and ``planner.plan_file`` are imported when the dialog opens, not
+when the window starts.
 """
 
 from __future__ import annotations
@@ -45,16 +45,6 @@ if TYPE_CHECKING:
     from ui.plan_compute import PlanOutcome
 
 
-
-def export_available() -> tuple[bool, str]:
-    """Whether the exporters can be used, and why not."""
-    try:
-        from planner.export import EXPORTERS, export_plan  # noqa: F401
-        from planner.plan_file import plan_file_from_search  # noqa: F401
-    except ImportError as exc:  # another part of batchfit not installed or not finished
-        return False, translate('ExportDialog', 'launcher export is not available: {e}').format(
-            e=exc)
-    return True, ''
 
 
 class _Highlighter(QSyntaxHighlighter):
