@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 
 import pytest
 from PySide6.QtCore import Qt
@@ -46,6 +47,22 @@ def test_opens_on_the_worked_example(qtbot, window):
     qtbot.waitUntil(lambda: window.outcome.by_batch.x.size == 5, timeout=20_000)
     xs, _ = window.batch_plot.data()
     assert 4_194_304 in xs.tolist()
+
+
+def test_the_first_plan_on_screen_is_logged_once(qtbot, caplog):
+    """benchmarks/bench_gui.py times a start of the real app to this line."""
+    caplog.set_level(logging.INFO, logger='ui.main_window')
+    w = MainWindow(restore=False, poll_hardware=False, debounce_ms=10)
+    qtbot.addWidget(w)
+    w.show()
+    _wait_for_plan(qtbot, w)
+    w.inputs.batch_edit.setText('2048')
+    _wait_for_plan(qtbot, w, lambda o: o.inputs.batch_value == 2048)
+    qtbot.waitUntil(lambda: not w.updating, timeout=20_000)
+    lines = [r.getMessage() for r in caplog.records if r.name == 'ui.main_window']
+    assert len([line for line in lines if line.startswith('first plan on screen')]) == 1
+    w._saved_inputs = w.inputs.read_inputs()[0]
+    w.shutdown()
 
 
 def test_user_plans_a_preset_on_a_catalog_gpu(qtbot, window):
