@@ -108,6 +108,17 @@ def default_curve(family: str) -> EfficiencyCurve:
     return DEFAULT_CURVES.get(family.lower(), FALLBACK_CURVE)
 
 
+def attainable_fraction(efficiency: float, family: str, framework: str) -> float:
+    """``efficiency`` as a fraction of what ``framework`` attains on large GEMMs here.
+
+    What a larger GEMM (a larger micro-batch, less TP) could still win: the framework's
+    own factor is not, so it divides out (eager PyTorch on Hopper sits at 0.61 of the
+    curve at every micro-batch).
+    """
+    return efficiency / (default_curve(family).max_efficiency
+                         * framework_factor(framework, family))
+
+
 @dataclass(frozen=True)
 class CalibrationProfile:
     """Measured efficiency at a few points, interpolated in log space.

@@ -238,7 +238,7 @@ def calibration_from_args(args: argparse.Namespace) -> CalibrationUse | None:
 
 def guidance_for(req: PlanRequest, result: SearchResult, args: argparse.Namespace) -> Guidance:
     """Batch/LR guidance for the winning plan (or the target batch alone)."""
-    from planner.efficiency import default_curve
+    from planner.efficiency import attainable_fraction
     from planner.guidance import advise
 
     best = result.best
@@ -248,7 +248,7 @@ def guidance_for(req: PlanRequest, result: SearchResult, args: argparse.Namespac
         base_batch = base_batch / req.seq_len  # tokens -> sequences
     fraction = None
     if best is not None and req.calibration is None:
-        fraction = best.efficiency / default_curve(req.gpu.family).max_efficiency
+        fraction = attainable_fraction(best.efficiency, req.gpu.family, req.framework)
     gemm = None
     if best is not None and result.step is not None:
         gemm = float(result.step.gemm_flops[result.ranking[0]])

@@ -382,12 +382,13 @@ def chosen_candidate(c: Candidate) -> ChosenCandidate:
 def guidance_for_candidate(request: PlanRequest, result: SearchResult, chosen: Candidate,
                            inputs: GuidanceInputs) -> Guidance:
     """Batch, LR and warmup guidance for ``chosen`` (any row, not only the best)."""
-    from planner.efficiency import default_curve
+    from planner.efficiency import attainable_fraction
     from planner.guidance import advise
 
     fraction = None
     if request.calibration is None:
-        fraction = chosen.efficiency / default_curve(request.gpu.family).max_efficiency
+        fraction = attainable_fraction(chosen.efficiency, request.gpu.family,
+                                       request.framework)
     gemm = None
     if result.step is not None:
         gemm = float(result.step.gemm_flops[result.ranking[chosen.rank - 1]])

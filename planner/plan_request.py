@@ -20,7 +20,14 @@ from planner.hardware import GpuSpec, LinkSpec
 from planner.memory import ConfigArrays, MemoryOptions, Overheads
 from planner.model_spec import ModelSpec
 from planner.recipes import OPTIMIZERS, RECIPES
-from planner.step_time import RECOMPUTE_MODES, LayoutArrays, StepTimeOptions, TrainingLength
+from planner.step_time import (
+    RECOMPUTE_MODES,
+    LayoutArrays,
+    StepTimeArrays,
+    StepTimeOptions,
+    TrainingLength,
+    step_time_arrays,
+)
 from planner.training import ATTENTION_KINDS, FRAMEWORKS, LoraSpec
 
 SORT_KEYS: tuple[str, ...] = ('time', 'cost', 'gpus', 'headroom')
@@ -241,6 +248,11 @@ class PlanRequest:
         """The loss implementation whose buffers are counted."""
         return self.loss or self.framework
 
+    @property
+    def usable_bytes(self) -> float:
+        """Per-GPU memory a plan may take: the capacity less the margin."""
+        return self.gpu.memory_bytes * (1 - self.margin_fraction)
+
     def memory_options(self) -> MemoryOptions:
         """The memory model's choices shared by every layout of this request."""
         return MemoryOptions(precision=self.precision, optimizer=self.optimizer,
@@ -260,6 +272,14 @@ class PlanRequest:
             cp=layout.cp, ep=np.asarray(1), dp=layout.dp, zero=layout.zero,
             offload=np.asarray(0), recompute=layout.recompute,
             sequence_parallel=np.asarray(self.limits.sequence_parallel))
+
+    def step_times(self, layout: LayoutArrays) -> StepTimeArrays:
+        """The step-time model on ``layout``'s candidates, with this request's choices."""
+        return step_time_arrays(self.model, self.seq_len, self.gpu, self.inter_node, layout,
+                                precision=self.precision, optimizer=self.optimizer,
+                                attention=self.attention, framework=self.framework,
+                                options=self.step_options, calibration=self.calibration,
+                                lora=self.lora)
 
     def to_dict(self) -> dict[str, Any]:
         """The request as JSON (the ``request`` member of ``plan --json``)."""

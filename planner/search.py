@@ -58,7 +58,7 @@ from planner.plan_result import (
     SearchResult,
     time_bucket,
 )
-from planner.step_time import LayoutArrays, TrainingTimeArrays, step_time_arrays, training_time
+from planner.step_time import LayoutArrays, TrainingTimeArrays, training_time
 
 __all__ = [
     'SORT_KEYS',
@@ -208,10 +208,6 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
                         sequence_parallel=np.full(il.size, req.limits.sequence_parallel))
 
 
-def _usable_bytes(req: PlanRequest) -> float:
-    return req.gpu.memory_bytes * (1 - req.margin_fraction)
-
-
 # ---- ranking ----------------------------------------------------------------------------
 
 def pareto_front(time_s: np.ndarray, gpu_hours: np.ndarray) -> np.ndarray:
@@ -323,7 +319,7 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
 
     step(0.0)
     target = req.target_batch_samples
-    usable = _usable_bytes(req)
+    usable = req.usable_bytes
     if target != int(target):
         return _without_plan(req, started, STATUS_NO_FACTORISATION,
                              f'{req.global_batch_tokens:,} tokens is {target:.2f} sequences of '
@@ -351,11 +347,7 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
                              f'{total.min() / 2**30:.1f} GiB)', len(grid), float(total.min()),
                              step)
 
-    st = step_time_arrays(req.model, req.seq_len, req.gpu, req.inter_node, layout,
-                          precision=req.precision, optimizer=req.optimizer,
-                          attention=req.attention, framework=req.framework,
-                          options=req.step_options, calibration=req.calibration,
-                          lora=req.lora)
+    st = req.step_times(layout)
     step(0.85)
     if req.length is not None:
         tr = training_time(st.step_time_s, batch, req.seq_len, st.gpus, req.length, req.price)
@@ -413,7 +405,7 @@ def nearest_global_batches(req: PlanRequest) -> tuple[int | None, int | None]:
         return None, None
     memory = estimate_arrays(req.model, req.memory_options(), req.memory_config(grid),
                              req.overheads, parts=False)
-    units = np.unique(grid.dp[np.asarray(memory.total_bytes) <= _usable_bytes(req)] * b_min)
+    units = np.unique(grid.dp[np.asarray(memory.total_bytes) <= req.usable_bytes] * b_min)
     if units.size == 0:
         return None, None
     target = req.target_batch_samples

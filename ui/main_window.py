@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from planner.errors import InputError
+from planner.micro_batch_sweep import micro_batch_sweep
 from ui import settings as app_settings
 from ui.controllers.hardware_controller import HardwareController
 from ui.controllers.plan_controller import PlanController
@@ -46,7 +47,7 @@ from ui.i18n import (
     set_saved_language,
     translate,
 )
-from ui.plan_compute import guidance_for, micro_batch_series
+from ui.plan_compute import guidance_for
 from ui.plan_document import matching_row, opened_plan, plan_for
 from ui.plan_inputs import PlanInputs
 from ui.plots.memory_plot import MemoryPlot
@@ -398,7 +399,7 @@ class MainWindow(QMainWindow):
             if o is not None:
                 self._set_batch_sweep(o)
             self.batch_plot.set_highlight(None, None)
-            self.micro_plot.set_data([], [], [])
+            self.micro_plot.set_sweep(None)
             return
         self.gpus_plot.set_highlight(c.gpus, c.time_to_train_s / DAY)
         self._set_batch_sweep(o)  # the sweep may have arrived meanwhile
@@ -407,8 +408,7 @@ class MainWindow(QMainWindow):
         crit = None if self._guidance is None else self._guidance.critical_batch_tokens
         self.batch_plot.set_marker(crit, '' if crit is None else
                                    f'B_crit ≈ {crit / 1e6:.3g}M')
-        micro, tps, mfu = micro_batch_series(o.result, c)
-        self.micro_plot.set_data(micro, tps, mfu, c.micro_batch)
+        self.micro_plot.set_sweep(micro_batch_sweep(o.request, c), c.micro_batch)
 
     @property
     def updating(self) -> bool:

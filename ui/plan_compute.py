@@ -1,9 +1,9 @@
 """The recompute behind the window, as pure Qt-free functions (Orange's ``run``, §1.4.3).
 
 :func:`compute_plan` runs in a worker thread: the search, the candidates for the
-table, the best time-to-train at each GPU count and a sweep of the global batch. The
-functions called on a row selection (:func:`micro_batch_series`, :func:`guidance_for`)
-are cheap numpy on the stored arrays and run on the GUI thread.
+table, the best time-to-train at each GPU count and a sweep of the global batch. What a
+row selection calls (:func:`guidance_for`, ``planner.micro_batch_sweep``) takes a few
+milliseconds and runs on the GUI thread.
 """
 
 from __future__ import annotations
@@ -133,41 +133,16 @@ def best_by_gpus(result: SearchResult) -> SeriesXY:
     return SeriesXY(counts.astype(float), best)
 
 
-def micro_batch_series(result: SearchResult, c: Candidate) -> tuple[np.ndarray, np.ndarray,
-                                                                     np.ndarray]:
-    """Throughput (tokens/s) and MFU against the micro-batch, the rest of ``c``'s layout kept.
-
-    Returns:
-        (micro-batches, tokens per second, MFU), ascending in micro-batch.
-    """
-    lay, st = result.layout, result.step
-    if lay is None or st is None:
-        return np.zeros(0), np.zeros(0), np.zeros(0)
-    from planner.step_time import RECOMPUTE_MODES
-
-    mask = ((np.asarray(st.gpus) == c.gpus) & (lay.tp == c.tp) & (lay.pp == c.pp)
-            & (lay.vpp == c.vpp) & (lay.cp == c.cp) & (lay.zero == c.zero)
-            & (lay.recompute == RECOMPUTE_MODES.index(c.recompute)))
-    rows = np.flatnonzero(mask)
-    micro = np.asarray(lay.micro_batch)[rows]
-    tps = np.broadcast_to(st.tokens_per_s, np.shape(st.step_time_s))[rows]
-    mfu = np.broadcast_to(st.mfu, np.shape(st.step_time_s))[rows]
-    order = np.argsort(micro, kind='stable')
-    micro, tps, mfu = micro[order], tps[order], mfu[order]
-    keep = np.concatenate([[True], micro[1:] != micro[:-1]]) if micro.size else micro.astype(bool)
-    return micro[keep].astype(float), tps[keep], mfu[keep]
-
-
 def guidance_for(outcome: PlanOutcome, c: Candidate | None) -> Guidance:
     """Batch and learning-rate guidance for candidate ``c`` (or the target batch alone)."""
-    from planner.efficiency import default_curve
+    from planner.efficiency import attainable_fraction
     from planner.guidance import advise
 
     req, inputs = outcome.request, outcome.inputs
     batch = c.global_batch if c is not None else max(1, round(outcome.result.target_batch_samples))
     fraction = None
     if c is not None and req.calibration is None:
-        fraction = c.efficiency / default_curve(req.gpu.family).max_efficiency
+        fraction = attainable_fraction(c.efficiency, req.gpu.family, req.framework)
     return advise(req.model, req.seq_len, batch,
                   total_tokens=None if req.length is None else req.length.total_tokens(
                       req.seq_len),

@@ -6,6 +6,7 @@ import csv
 import io
 import logging
 
+import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
@@ -120,6 +121,32 @@ def test_user_plans_a_preset_on_a_catalog_gpu(qtbot, window):
     here = list(mx).index(c.micro_batch)
     assert my[here] == pytest.approx(c.tokens_per_s)
     assert window.micro_plot.mfu_percent()[here] == pytest.approx(100 * c.mfu)
+    # every micro-batch of the layout is drawn; one that does not fit says what it needs
+    assert list(mx) == sorted(mx)
+    assert window.micro_plot.fits()[here]
+    assert 'does not fit' not in window.micro_plot.readout_at(c.micro_batch)
+
+
+def test_micro_batches_that_do_not_fit_are_drawn_apart(qtbot, window):
+    """The worked example's best plan runs micro-batch 1; 2 and more need more memory than
+    an H100 has, drawn hollow on a dashed line with the memory they would need."""
+    c = window.results.selected_candidate()
+    window.finish_updates()
+    plot = window.micro_plot
+    mx, _ = plot.data()
+    fits = plot.fits()
+    assert c.micro_batch == 1
+    assert fits.tolist() == [True] + [False] * (len(mx) - 1)
+    assert len(mx) > 2
+    hollow_x, _ = plot.too_big_points.getData()  # log10 of the micro-batch (a log axis)
+    assert np.allclose(10 ** hollow_x, mx[~fits])
+    drawn_x, _ = plot.series.curve.getData()
+    assert np.allclose(10 ** drawn_x, mx[fits])
+    assert plot.legend.isVisibleTo(plot.getPlotItem().getViewBox())
+    text = plot.readout_at(float(mx[1]))
+    usable = c.memory.usable_bytes / GIB
+    assert 'does not fit' in text
+    assert f'of {usable:,.1f} GiB usable' in text
 
 
 def test_exports(qtbot, window, tmp_path):

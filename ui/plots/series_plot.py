@@ -2,13 +2,14 @@
 
 :class:`SeriesPlot` wraps one ``PlotItem`` (curve, highlighted point, vertical marker,
 crosshair readout as in pyqtgraph's ``examples/crosshair.py``); :func:`time_vs_gpus_plot`
-and :func:`time_vs_batch_plot` configure it. :class:`MicroBatchPlot` stacks throughput
-and MFU against the micro-batch on linked x axes.
+and :func:`time_vs_batch_plot` configure it. :class:`MicroBatchPlot` draws throughput
+and MFU against the micro-batch, marking the micro-batches that do not fit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
@@ -16,8 +17,13 @@ from PySide6.QtCore import QPointF, Qt
 
 from ui.i18n import translate
 
+if TYPE_CHECKING:
+    from planner.micro_batch_sweep import MicroBatchSweep
+
 DAY = 86_400.0
+GIB = 2**30
 GRID_PEN = '#e4e4e4'
+TOO_BIG_GREY = '#9e9e9e'
 
 
 def plain_axes(item: pg.PlotItem) -> None:
@@ -208,34 +214,79 @@ def time_vs_batch_plot(parent=None) -> SeriesPlot:
 class MicroBatchPlot(SeriesPlot):
     """Throughput against the micro-batch, the rest of the layout fixed; MFU on the right.
 
-    For one layout MFU is throughput × FLOPs per token ÷ (GPUs × peak): the same curve on
-    another scale, so one plot with a second axis shows both (and paints half as much as
-    two stacked plots).
+    Every micro-batch the layout allows is drawn (``planner.micro_batch_sweep``): those
+    that fit on the solid line, those that do not as hollow points on a dashed grey
+    continuation, their hover saying how much memory they would need. For one layout
+    MFU is throughput × FLOPs per token ÷ (GPUs × peak): the same curve on another scale,
+    so one plot with a second axis shows both (and paints half as much as two plots).
     """
 
     def __init__(self, parent=None) -> None:
         readout = translate('SeriesPlot', 'micro {micro:.0f}: {tps:,.0f} tokens/s, {mfu:.1f}% MFU')
+        too_big = translate('SeriesPlot', 'does not fit: {need:,.1f} GiB of {usable:,.1f} GiB '
+                                          'usable')
+
+        def fmt(x: float, y: float) -> str:
+            text = readout.format(micro=x, tps=y, mfu=y * self.mfu_per_tps)
+            need = self._need_gib.get(x)
+            return text if need is None else text + '\n' + too_big.format(
+                need=need, usable=self._usable_gib)
+
         super().__init__(translate('SeriesPlot', 'Throughput and MFU vs micro-batch'),
                          translate('SeriesPlot', 'micro-batch'),
-                         translate('SeriesPlot', 'tokens/s'),
-                         lambda x, y: readout.format(micro=x, tps=y, mfu=y * self.mfu_per_tps),
-                         parent=parent)
+                         translate('SeriesPlot', 'tokens/s'), fmt, log_x=True,
+                         parent=parent)  # log: micro-batches double, 1 to 128 and more
         item = self.getPlotItem()
         item.showAxis('right')
         item.setLabel('right', translate('SeriesPlot', 'MFU (%)'))
         item.getAxis('right').enableAutoSIPrefix(False)
         self.mfu_per_tps = 0.0  # MFU in percent per token/s of this layout
+        self.too_big_line = item.plot([], [], pen=pg.mkPen(TOO_BIG_GREY, width=1.5,
+                                                           style=Qt.PenStyle.DashLine))
+        self.too_big_points = item.plot([], [], pen=None, symbol='o', symbolSize=8,
+                                        symbolBrush='w', symbolPen=pg.mkPen(TOO_BIG_GREY,
+                                                                            width=1.5))
+        self.legend = pg.LegendItem(offset=(-10, 10), labelTextColor='k',
+                                    brush=pg.mkBrush(255, 255, 255, 210))
+        self.legend.setParentItem(item.getViewBox())
+        self.legend.addItem(self.too_big_points,
+                            translate('SeriesPlot', 'does not fit in memory'))
+        self.legend.setVisible(False)
+        self._need_gib: dict[float, float] = {}  # micro-batch -> GiB, where it does not fit
+        self._usable_gib = 0.0
+        self._drawn_fits: tuple[bool, ...] = ()
 
-    def set_data(self, micro, tokens_per_s, mfu=(), selected_micro: int | None = None) -> None:
-        """Replace the curve; scale the MFU axis; highlight ``selected_micro``."""
-        micro, tps = np.asarray(micro, float), np.asarray(tokens_per_s, float)
-        mfu = np.asarray(mfu, float)
-        ok = tps > 0
-        mfu_per_tps = float(100 * mfu[ok][0] / tps[ok][0]) if ok.any() else 0.0
-        if mfu_per_tps != self.mfu_per_tps:
-            self.mfu_per_tps = mfu_per_tps
-            self.getPlotItem().getAxis('right').setScale(mfu_per_tps or 1.0)
-        super().set_data(micro, tps)
+    def set_sweep(self, sweep: MicroBatchSweep | None, selected_micro: int | None = None
+                  ) -> None:
+        """Show a layout at every micro-batch; highlight ``selected_micro`` (None clears)."""
+        if sweep is None:
+            micro = tps = np.zeros(0)
+            fits = np.zeros(0, bool)
+            need = np.zeros(0)
+            self._usable_gib = 0.0
+        else:
+            micro = np.asarray(sweep.micro_batch, float)
+            tps = np.asarray(sweep.tokens_per_s, float)
+            fits = np.asarray(sweep.fits, bool)
+            need = np.asarray(sweep.total_bytes, float) / GIB
+            self._usable_gib = sweep.usable_bytes / GIB
+            ok = tps > 0
+            mfu_per_tps = float(100 * sweep.mfu[ok][0] / tps[ok][0]) if ok.any() else 0.0
+            if mfu_per_tps != self.mfu_per_tps:
+                self.mfu_per_tps = mfu_per_tps
+                self.getPlotItem().getAxis('right').setScale(mfu_per_tps or 1.0)
+        self._need_gib = {float(m): float(n) for m, n, f in zip(micro, need, fits, strict=True)
+                          if not f}
+        changed = self.series.set_data(micro, tps)  # every point: the view and the hover
+        if changed or tuple(fits) != self._drawn_fits:
+            self._drawn_fits = tuple(fits)
+            self.series.curve.setData(micro[fits], tps[fits])
+            # dashed from the largest micro-batch that fits on through those that do not
+            tail = np.sort(np.concatenate([np.flatnonzero(fits)[-1:], np.flatnonzero(~fits)]))
+            self.too_big_line.setData(micro[tail], tps[tail])
+            self.too_big_points.setData(micro[~fits], tps[~fits])
+            self.legend.setVisible(bool((~fits).any()))
+            settle_view(self.getPlotItem())
         self.set_x_ticks(micro, lambda v: f'{v:.0f}')  # micro-batches are whole
         hit = np.flatnonzero(micro == selected_micro) if selected_micro is not None else []
         if len(hit):
@@ -243,9 +294,18 @@ class MicroBatchPlot(SeriesPlot):
         else:
             self.set_highlight(None, None)
 
+    def fits(self) -> np.ndarray:
+        """Whether each plotted point fits in memory."""
+        return np.asarray(self._drawn_fits, bool)
+
     def mfu_percent(self) -> np.ndarray:
         """The MFU (%) the right axis reads for each plotted point."""
         return self.series.y * self.mfu_per_tps
+
+    def readout_at(self, micro: float) -> str:
+        """The hover text of the point at ``micro``."""
+        i = int(np.flatnonzero(self.series.x == micro)[0])
+        return self.series.fmt(float(self.series.x[i]), float(self.series.y[i]))
 
 
 if __name__ == '__main__':

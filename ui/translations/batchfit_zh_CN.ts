@@ -953,10 +953,6 @@ The details are in the log folder:
 <context>
     <name>ExportDialog</name>
     <message>
-        <source>launcher export is not available: {e}</source>
-        <translation>无法导出启动器配置：{e}</translation>
-    </message>
-    <message>
         <source>Export plan #{rank} to a launcher</source>
         <translation>将方案 #{rank} 导出为启动器配置</translation>
     </message>
@@ -1603,6 +1599,10 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
         <translation>微批次 {micro:.0f}：{tps:,.0f} tokens/s，MFU {mfu:.1f}%</translation>
     </message>
     <message>
+        <source>does not fit: {need:,.1f} GiB of {usable:,.1f} GiB usable</source>
+        <translation>显存不足：需要 {need:,.1f} GiB，可用 {usable:,.1f} GiB</translation>
+    </message>
+    <message>
         <source>Throughput and MFU vs micro-batch</source>
         <translation>吞吐量与 MFU 随微批次的变化</translation>
     </message>
@@ -1613,6 +1613,10 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
     <message>
         <source>MFU (%)</source>
         <translation>MFU (%)</translation>
+    </message>
+    <message>
+        <source>does not fit in memory</source>
+        <translation>显存放不下</translation>
     </message>
     <message>
         <source>micro-batch</source>
