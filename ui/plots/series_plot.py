@@ -81,19 +81,26 @@ class _Series:
         item.addItem(self.readout, ignoreBounds=True)
         self.x = np.zeros(0)
         self.y = np.zeros(0)
+        self.on_curve = np.zeros(0, bool)
         self.highlighted: tuple[float, float] | None = None
         self.marked: tuple[float, str] | None = None
         self.x_label = item.getAxis('bottom').labelText
 
-    def set_data(self, x, y) -> bool:
-        """Replace the curve; False when it is already drawn (nothing to repaint)."""
+    def set_data(self, x, y, on_curve=None) -> bool:
+        """Replace the points; False when they are already drawn (nothing to repaint).
+
+        ``on_curve`` (a mask) keeps some points off the curve; every point still counts
+        for the view's range and the hover.
+        """
         x, y = np.asarray(x, float), np.asarray(y, float)
         ok = np.isfinite(x) & np.isfinite(y)
+        on_curve = ok if on_curve is None else np.asarray(on_curve, bool)[ok]
         x, y = x[ok], y[ok]
-        if np.array_equal(x, self.x) and np.array_equal(y, self.y):
+        if (np.array_equal(x, self.x) and np.array_equal(y, self.y)
+                and np.array_equal(on_curve, self.on_curve)):
             return False
-        self.x, self.y = x, y
-        self.curve.setData(self.x, self.y)
+        self.x, self.y, self.on_curve = x, y, on_curve
+        self.curve.setData(x[on_curve], y[on_curve])
         self.fit_view()
         return True
 
@@ -254,7 +261,6 @@ class MicroBatchPlot(SeriesPlot):
         self.legend.setVisible(False)
         self._need_gib: dict[float, float] = {}  # micro-batch -> GiB, where it does not fit
         self._usable_gib = 0.0
-        self._drawn_fits: tuple[bool, ...] = ()
 
     def set_sweep(self, sweep: MicroBatchSweep | None, selected_micro: int | None = None
                   ) -> None:
@@ -277,10 +283,7 @@ class MicroBatchPlot(SeriesPlot):
                 self.getPlotItem().getAxis('right').setScale(mfu_per_tps or 1.0)
         self._need_gib = {float(m): float(n) for m, n, f in zip(micro, need, fits, strict=True)
                           if not f}
-        changed = self.series.set_data(micro, tps)  # every point: the view and the hover
-        if changed or tuple(fits) != self._drawn_fits:
-            self._drawn_fits = tuple(fits)
-            self.series.curve.setData(micro[fits], tps[fits])
+        if self.series.set_data(micro, tps, on_curve=fits):
             # dashed from the largest micro-batch that fits on through those that do not
             tail = np.sort(np.concatenate([np.flatnonzero(fits)[-1:], np.flatnonzero(~fits)]))
             self.too_big_line.setData(micro[tail], tps[tail])
@@ -295,8 +298,8 @@ class MicroBatchPlot(SeriesPlot):
             self.set_highlight(None, None)
 
     def fits(self) -> np.ndarray:
-        """Whether each plotted point fits in memory."""
-        return np.asarray(self._drawn_fits, bool)
+        """Whether each plotted point fits in memory (those are on the solid curve)."""
+        return self.series.on_curve
 
     def mfu_percent(self) -> np.ndarray:
         """The MFU (%) the right axis reads for each plotted point."""
