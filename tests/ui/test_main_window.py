@@ -477,3 +477,27 @@ def test_the_detail_panel_updates_its_rows_in_place(qtbot, window):
     details.show_candidate(o.request, same, window._guidance)
     assert details.topLevelItemCount() > len(items)
     assert details.values['g.batch']
+
+
+@pytest.mark.parametrize(('model', 'batch'),
+                         [('llama-3.1-70b', '1024'), ('llama-3.1-405b', '2048')])
+def test_nothing_fits_clears_the_plots_without_an_error(qtbot, window, model, batch):
+    """70B or 405B on one 8-GPU node: no plan at any global batch.
+
+    The batch sweep is then all NaN; its plot once indexed the empty series with the
+    previous update's mask and raised IndexError in a slot (pytest-qt fails the test on
+    an exception raised in a slot).
+    """
+    panel = window.inputs
+    panel.model_edit.setText(model)
+    panel.batch_edit.setText(batch)
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.model == model
+                       and str(o.inputs.batch_value) == batch)
+    qtbot.waitUntil(lambda: not window.updating, timeout=20_000)
+    assert o.result.fitting == 0
+    assert window.results.selected_candidate() is None
+    assert window.memory_plot.total_gib() == 0.0
+    assert not window.memory_plot.capacity_line.isVisible()
+    xs, ys = window.batch_plot.data()
+    assert xs.size == ys.size
+    assert np.isfinite(ys).all()

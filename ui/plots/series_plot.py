@@ -94,7 +94,10 @@ class _Series:
         """
         x, y = np.asarray(x, float), np.asarray(y, float)
         ok = np.isfinite(x) & np.isfinite(y)
-        on_curve = ok if on_curve is None else np.asarray(on_curve, bool)[ok]
+        # the mask is filtered with the points, so it always has their length (a mask of
+        # every point indexing the finite ones only crashed the window when nothing fit)
+        on_curve = (np.ones(x.shape, bool) if on_curve is None
+                    else np.asarray(on_curve, bool))[ok]
         x, y = x[ok], y[ok]
         if (np.array_equal(x, self.x) and np.array_equal(y, self.y)
                 and np.array_equal(on_curve, self.on_curve)):
