@@ -9,7 +9,7 @@ stage (4) × recompute mode (3) × sequence parallelism (2) × micro-batches per
 16) = 1,013,760 configurations of ``bf16-mixed`` Megatron training. ``estimate_arrays`` is
 timed on two layouts of that grid: one broadcast array per axis (numpy shares the work of
 the terms that depend on fewer axes) and flat 1-D arrays of every configuration (what
-``planner.search`` passes). The table gives the median of ``--repeat`` runs. For
+``planner.plans.search`` passes). The table gives the median of ``--repeat`` runs. For
 comparison it also times, one configuration at a time over ``--sample`` configurations
 drawn from the grid, batchfit's scalar ``estimate()`` and llm-analysis's ``training()``
 (not vectorised; ``pip install llm-analysis``, skipped with a note when absent).
@@ -31,10 +31,10 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.memory_accuracy import SKIP_NOTE, LLMAnalysis, llm_analysis_run  # noqa: E402
-from planner.activations import RECOMPUTE_CODES  # noqa: E402
-from planner.memory import ConfigArrays, MemoryOptions, estimate, estimate_arrays  # noqa: E402
-from planner.presets import find_preset  # noqa: E402
-from planner.training import TrainingSetup  # noqa: E402
+from planner.memory.activations import RECOMPUTE_CODES  # noqa: E402
+from planner.memory.peak import ConfigArrays, MemoryOptions, estimate, estimate_arrays  # noqa: E402
+from planner.memory.training import TrainingSetup  # noqa: E402
+from planner.models.presets import find_preset  # noqa: E402
 
 AXES = {
     'micro_batch': (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),

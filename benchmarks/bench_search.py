@@ -12,10 +12,10 @@ import argparse
 import statistics
 import time
 
-from planner.catalog import find_gpu, find_interconnect
-from planner.presets import find_preset
-from planner.search import PlanRequest, search
-from planner.step_time import TrainingLength
+from planner.hardware.catalog import find_gpu, find_interconnect
+from planner.models.presets import find_preset
+from planner.plans.search import PlanRequest, search
+from planner.timing.step_time import TrainingLength
 
 BUDGET_S = 1.0
 GOAL_S = 0.1

@@ -43,7 +43,7 @@ from planner.calibrate.profile import (
     step_options_from_profile,
 )
 from planner.calibrate.runner import CalibrationOptions, CalibrationRunner
-from planner.model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 
 TOLERANCE = 0.10
 

@@ -15,8 +15,8 @@ D. published figures beside batchfit's estimate for the same configuration: torc
    LoRA paper's training speed-up. Each row names its source; the configurations are
    transcribed from the sources' own configs where they give them.
 
-Memory is ``planner.memory.estimate`` (total with CUDA context, workspaces and allocator
-reserve, margin 0 for fit questions); time is ``planner.step_time.step_time_arrays`` with
+Memory is ``planner.memory.peak.estimate`` (total with CUDA context, workspaces and allocator
+reserve, margin 0 for fit questions); time is ``planner.timing.step_time.step_time_arrays`` with
 the default (uncalibrated) efficiency curves and ``framework='hf'`` (PEFT is eager
 PyTorch). No GPU was used: every batchfit number is a model estimate.
 """
@@ -28,21 +28,21 @@ from collections.abc import Callable
 
 import numpy as np
 
-from planner.catalog import find_gpu, find_interconnect
-from planner.hardware import GpuSpec
-from planner.memory import estimate
-from planner.model_spec import ModelSpec
-from planner.model_states import lora_params
-from planner.presets import find_preset
-from planner.search import PlanRequest, search
-from planner.step_time import (
+from planner.hardware.catalog import find_gpu, find_interconnect
+from planner.hardware.devices import GpuSpec
+from planner.memory.model_states import lora_params
+from planner.memory.peak import estimate
+from planner.memory.training import LoraSpec, TrainingSetup
+from planner.models.presets import find_preset
+from planner.models.spec import ModelSpec
+from planner.plans.search import PlanRequest, search
+from planner.timing.step_time import (
     RECOMPUTE_MODES,
     LayoutArrays,
     StepTimeArrays,
     TrainingLength,
     step_time_arrays,
 )
-from planner.training import LoraSpec, TrainingSetup
 
 GIB = 2**30
 QKVO = ('q', 'k', 'v', 'o')

@@ -51,10 +51,10 @@ import logging
 import statistics
 import time
 
-from planner.memory import estimate
-from planner.model_spec import ModelSpec
-from planner.recipes import OPTIMIZERS, RECIPES
-from planner.training import TrainingSetup
+from planner.memory.peak import estimate
+from planner.memory.recipes import OPTIMIZERS, RECIPES
+from planner.memory.training import TrainingSetup
+from planner.models.spec import ModelSpec
 from tests.groundtruth.cases import CASES, Case, measure
 
 MB = 1e6

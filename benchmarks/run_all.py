@@ -77,7 +77,7 @@ are small Hugging Face-style models, where the terms it leaves out weigh more th
   2·h·ffn parameters per MLP (a SwiGLU MLP has 3).
 - Activations: the Korthikanti per-layer inventory of Megatron's fused kernels, in which
   the MLP saves 2 × ffn-wide tensors, not a SwiGLU's 3. It leaves out what an HF/PyTorch
-  step also keeps (`planner/activations.py`): RMSNorm's fp32 upcast, the fp32 residual
+  step also keeps (`planner/memory/activations.py`): RMSNorm's fp32 upcast, the fp32 residual
   stream and the weight copies of autocast, and the loss's fp32 upcast of the logits and
   its saved log-softmax. It counts the logits once, in the activation dtype. The worst
   case (-48 %) is the one with the most activations per parameter.

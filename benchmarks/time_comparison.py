@@ -6,7 +6,7 @@ note when it is absent).
 
 Each row of the paper's Table 1 (DOMAIN.md §11 V3: GPT with V = 51200, s = 2048, f = 4h,
 A100-80GB, full recompute, no ZeRO) is planned as ``tests/planner/test_step_time.py``
-does: ``planner.search`` at the paper's t, p, GPU count and global batch, eager attention,
+does: ``planner.plans.search`` at the paper's t, p, GPU count and global batch, eager attention,
 Megatron ``bf16-mixed``; the micro-batch and interleaving are the search's choice (the
 paper does not list them). llm-analysis gets the same model, t, p, d, micro-batch, global
 batch and full recompute on an A100 (312 TFLOP/s bf16; the memory is made unlimited so
@@ -31,11 +31,11 @@ import time
 import numpy as np
 
 from benchmarks.memory_accuracy import SKIP_NOTE, LLMAnalysis, big_gpu, llm_analysis_run
-from planner.catalog import find_gpu, find_interconnect
-from planner.model_spec import ModelSpec
-from planner.search import LayoutLimits, PlanRequest, search
-from planner.step_time import LayoutArrays, step_time_arrays
-from planner.training import TrainingSetup
+from planner.hardware.catalog import find_gpu, find_interconnect
+from planner.memory.training import TrainingSetup
+from planner.models.spec import ModelSpec
+from planner.plans.search import LayoutLimits, PlanRequest, search
+from planner.timing.step_time import LayoutArrays, step_time_arrays
 
 SEQ, VOCAB, A100_BF16_TFLOPS = 2048, 51200, 312.0
 TABLE1 = [  # billions, heads, hidden, layers, t, p, GPUs, B, TF/GPU

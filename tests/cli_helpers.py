@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.cli import main
+from planner.cli.main import main
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

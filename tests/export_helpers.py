@@ -14,12 +14,12 @@ import os
 import subprocess
 from pathlib import Path
 
-from planner.catalog import find_gpu, find_interconnect
-from planner.plan_file import GuidanceInputs, PlanFile, plan_file_from_search
-from planner.presets import find_preset
-from planner.search import LayoutLimits, PlanRequest, search
-from planner.step_time import TrainingLength
-from planner.training import LoraSpec
+from planner.hardware.catalog import find_gpu, find_interconnect
+from planner.memory.training import LoraSpec
+from planner.models.presets import find_preset
+from planner.planfile.document import GuidanceInputs, PlanFile, plan_file_from_search
+from planner.plans.search import LayoutLimits, PlanRequest, search
+from planner.timing.step_time import TrainingLength
 
 STUBS = ('torchrun', 'accelerate', 'srun', 'python', 'llamafactory-cli')
 STUB = r'''#!/usr/bin/env bash

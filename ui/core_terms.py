@@ -36,7 +36,7 @@ from ui.i18n import translate
 CONTEXT = 'Core'
 
 TERMS: tuple[str, ...] = (
-    # planner.report.COMPONENT_LABELS and OVERHEAD_LABELS: memory parts
+    # planner.memory.report.COMPONENT_LABELS and OVERHEAD_LABELS: memory parts
     QT_TRANSLATE_NOOP('Core', 'weights'),
     QT_TRANSLATE_NOOP('Core', 'gradients'),
     QT_TRANSLATE_NOOP('Core', 'optimizer states (+ master)'),
@@ -53,7 +53,7 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'CUDA context'),
     QT_TRANSLATE_NOOP('Core', 'cuBLAS/NCCL workspaces'),
     QT_TRANSLATE_NOOP('Core', 'allocator reserve'),
-    # planner.memory.PHASES, shown with spaces for underscores
+    # planner.memory.peak.PHASES, shown with spaces for underscores
     QT_TRANSLATE_NOOP('Core', 'forward end'),
     QT_TRANSLATE_NOOP('Core', 'backward start'),
     QT_TRANSLATE_NOOP('Core', 'backward end'),
@@ -68,11 +68,11 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'dp comm'),
     QT_TRANSLATE_NOOP('Core', 'optimizer'),
     QT_TRANSLATE_NOOP('Core', 'overhead'),
-    # planner.step_time.RECOMPUTE_MODES
+    # planner.timing.step_time.RECOMPUTE_MODES
     QT_TRANSLATE_NOOP('Core', 'none'),
     QT_TRANSLATE_NOOP('Core', 'selective'),
     QT_TRANSLATE_NOOP('Core', 'full'),
-    # planner.recipes.RECIPES descriptions
+    # planner.memory.recipes.RECIPES descriptions
     QT_TRANSLATE_NOOP('Core', 'everything in fp32, as plain PyTorch (16 B/param with Adam)'),
     QT_TRANSLATE_NOOP('Core', 'fp32 tensors, matmuls on TF32 tensor cores'),
     QT_TRANSLATE_NOOP('Core', 'torch.autocast(bf16) over fp32 parameters (HF Trainer --bf16)'),
@@ -85,7 +85,7 @@ TERMS: tuple[str, ...] = (
                               '(8 B/param)'),
     QT_TRANSLATE_NOOP('Core', 'Transformer Engine fp8 matmuls over bf16-mixed (18 B/param + '
                               'fp8 weight copies)'),
-    # planner.recipes.OPTIMIZERS descriptions
+    # planner.memory.recipes.OPTIMIZERS descriptions
     QT_TRANSLATE_NOOP('Core', 'AdamW: first and second moments'),
     QT_TRANSLATE_NOOP('Core', 'Adam: first and second moments'),
     QT_TRANSLATE_NOOP('Core', 'bitsandbytes 8-bit AdamW: block-quantised moments'),
@@ -103,7 +103,7 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'torchtitan job config (TOML)'),
     QT_TRANSLATE_NOOP('Core', 'LLaMA-Factory training YAML'),
     QT_TRANSLATE_NOOP('Core', 'Slurm batch script: srun + torchrun with c10d rendezvous'),
-    # planner.guidance: critical-batch sources, LR rules, warmup and notes
+    # planner.plans.guidance: critical-batch sources, LR rules, warmup and notes
     QT_TRANSLATE_NOOP('Core', 'gradient noise scale given (--b-noise)'),
     QT_TRANSLATE_NOOP('Core', 'DeepSeek B_opt (no --b-noise given)'),
     QT_TRANSLATE_NOOP('Core', 'unknown (give --b-noise or a data size)'),
@@ -117,7 +117,7 @@ TERMS: tuple[str, ...] = (
                               "1e-4 above; LLaMA-Factory's LoRA examples 1e-4 where full "
                               'fine-tuning uses 1e-5): give --base-lr and --base-batch from a '
                               'LoRA recipe'),
-    # planner.hw.nvml: what the app does without NVML
+    # planner.hardware.local.nvml: what the app does without NVML
     QT_TRANSLATE_NOOP('Core', 'batchfit uses the catalog instead'),
     # planner.calibrate: stages and fixed progress messages
     QT_TRANSLATE_NOOP('Core', 'environment'),
@@ -137,7 +137,7 @@ TERMS: tuple[str, ...] = (
 
 # Longer or more specific templates first: the first full match wins.
 SENTENCES: tuple[str, ...] = (
-    # planner.guidance.advise warnings
+    # planner.plans.guidance.advise warnings
     QT_TRANSLATE_NOOP('Core', 'global batch {batch}M tokens is {ratio}x the critical batch '
                               '({critical}M, {source}): more GPUs, little speed-up. Reaching a '
                               'given loss takes {data}x the minimum data, and doubling the '
@@ -155,7 +155,7 @@ SENTENCES: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', '{accum} micro-batches accumulated per step: each optimizer step '
                               'is slow; more data-parallel GPUs or a smaller global batch would '
                               'give more updates per hour'),
-    # planner.guidance.advise notes and the warmup note
+    # planner.plans.guidance.advise notes and the warmup note
     QT_TRANSLATE_NOOP('Core', 'DeepSeek scaling law at C = {compute} FLOPs: B_opt ~ {batch}M '
                               'tokens, LR_opt ~ {lr} (AdamW, fitted on their data; a starting '
                               'point, not a guarantee)'),
@@ -165,7 +165,7 @@ SENTENCES: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', '{note}; capped at 10 % of the run'),
     QT_TRANSLATE_NOOP('Core', 'the reference warmup ({steps} steps of {tokens} tokens) kept in '
                               'tokens'),
-    # planner.hw.nvml start-up failures (GpuPanel shows them when there is no GPU)
+    # planner.hardware.local.nvml start-up failures (GpuPanel shows them when there is no GPU)
     QT_TRANSLATE_NOOP('Core', 'no NVIDIA driver found (libnvidia-ml.so): this machine has no '
                               'NVIDIA GPU or the driver is not installed; {fallback}'),
     QT_TRANSLATE_NOOP('Core', 'the NVIDIA driver is installed but its kernel module is not '

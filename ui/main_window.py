@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from planner.errors import InputError
-from planner.micro_batch_sweep import micro_batch_sweep
+from planner.plans.micro_batch_sweep import micro_batch_sweep
 from ui import settings as app_settings
 from ui.controllers.hardware_controller import HardwareController
 from ui.controllers.plan_controller import PlanController
@@ -59,7 +59,7 @@ from ui.widgets.input_panel import InputPanel
 from ui.widgets.results_view import ResultsView
 
 if TYPE_CHECKING:
-    from planner.plan_result import Candidate
+    from planner.plans.result import Candidate
     from ui.plan_compute import PlanOutcome
 
 log = logging.getLogger(__name__)
@@ -476,7 +476,7 @@ class MainWindow(QMainWindow):
         Raises:
             InputError: unreadable, not a plan file, or a model the window cannot name.
         """
-        from planner.plan_file import read_plan
+        from planner.planfile.document import read_plan
 
         return opened_plan(read_plan(path))
 
@@ -557,7 +557,7 @@ class MainWindow(QMainWindow):
         ``batchfit show`` read it), written atomically. When the results on screen are
         not yet those of the inputs, the search runs here first.
         """
-        from planner.plan_file import write_plan
+        from planner.planfile.document import write_plan
         from ui.plan_compute import compute_main
 
         title = translate('MainWindow', 'Cannot save')

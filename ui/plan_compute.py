@@ -2,7 +2,7 @@
 
 :func:`compute_plan` runs in a worker thread: the search, the candidates for the
 table, the best time-to-train at each GPU count and a sweep of the global batch. What a
-row selection calls (:func:`guidance_for`, ``planner.micro_batch_sweep``) takes a few
+row selection calls (:func:`guidance_for`, ``planner.plans.micro_batch_sweep``) takes a few
 milliseconds and runs on the GUI thread.
 """
 
@@ -19,9 +19,9 @@ import numpy as np
 from ui.plan_inputs import PlanInputs, build_request
 
 if TYPE_CHECKING:
-    from planner.guidance import Guidance
-    from planner.plan_request import PlanRequest
-    from planner.plan_result import Candidate, SearchResult
+    from planner.plans.guidance import Guidance
+    from planner.plans.request import PlanRequest
+    from planner.plans.result import Candidate, SearchResult
 
 TABLE_ROWS = 100
 BATCH_SWEEP = (0.25, 0.5, 1.0, 2.0, 4.0)
@@ -79,7 +79,7 @@ def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = No
         InputError: a bad input (names the field).
         SearchCancelled: ``should_stop()`` became true.
     """
-    from planner.search import search
+    from planner.plans.search import search
 
     started = time.perf_counter()
     request = build_request(inputs, top_k=TABLE_ROWS)
@@ -98,7 +98,7 @@ def batch_sweep(outcome: PlanOutcome, should_stop: Callable[[], bool] | None = N
     Raises:
         SearchCancelled: ``should_stop()`` became true.
     """
-    from planner.search import SearchCancelled, search
+    from planner.plans.search import SearchCancelled, search
 
     request, result = outcome.request, outcome.result
     xs, ys = [], []
@@ -135,8 +135,8 @@ def best_by_gpus(result: SearchResult) -> SeriesXY:
 
 def guidance_for(outcome: PlanOutcome, c: Candidate | None) -> Guidance:
     """Batch and learning-rate guidance for candidate ``c`` (or the target batch alone)."""
-    from planner.efficiency import attainable_fraction
-    from planner.guidance import advise
+    from planner.plans.guidance import advise
+    from planner.timing.efficiency import attainable_fraction
 
     req, inputs = outcome.request, outcome.inputs
     batch = c.global_batch if c is not None else max(1, round(outcome.result.target_batch_samples))
@@ -156,9 +156,9 @@ def guidance_for(outcome: PlanOutcome, c: Candidate | None) -> Guidance:
 
 
 def memory_estimate_for(outcome: PlanOutcome, c: Candidate):
-    """``planner.memory.estimate`` of candidate ``c`` (single-configuration path)."""
-    from planner.memory import estimate
-    from planner.training import TrainingSetup
+    """``planner.memory.peak.estimate`` of candidate ``c`` (single-configuration path)."""
+    from planner.memory.peak import estimate
+    from planner.memory.training import TrainingSetup
 
     req = outcome.request
     setup = TrainingSetup(seq_len=req.seq_len, micro_batch=c.micro_batch,

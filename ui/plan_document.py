@@ -1,4 +1,4 @@
-"""The window's document is a plan file (``batchfit.plan``, :mod:`planner.plan_file`).
+"""The window's document is a plan file (``batchfit.plan``, :mod:`planner.planfile.document`).
 
 Saving writes the same file ``batchfit plan --save`` writes: the inputs on screen, the
 selected candidate with its estimates and guidance. Opening turns a plan file (made here
@@ -18,9 +18,9 @@ from planner.errors import InputError
 from ui.plan_inputs import LORA_TARGETS, PlanInputs
 
 if TYPE_CHECKING:
-    from planner.plan_file import ChosenCandidate, PlanFile
-    from planner.plan_result import Candidate
-    from planner.training import LoraSpec
+    from planner.memory.training import LoraSpec
+    from planner.planfile.document import ChosenCandidate, PlanFile
+    from planner.plans.result import Candidate
     from ui.plan_compute import PlanOutcome
 
 # What ``batchfit plan`` can set but the window does not offer; the window plans with
@@ -49,7 +49,7 @@ def plan_for(outcome: PlanOutcome, c: Candidate) -> PlanFile:
     Raises:
         InputError: ``c`` is not one of the outcome's rows, or the search found no plan.
     """
-    from planner.plan_file import GuidanceInputs, plan_file_from_search
+    from planner.planfile.document import GuidanceInputs, plan_file_from_search
 
     index = next((i for i, x in enumerate(outcome.candidates) if x is c or x == c), None)
     if index is None:
@@ -151,7 +151,7 @@ def matching_row(candidates, chosen: ChosenCandidate) -> int | None:
 
 def _restore_config(config: dict, models_dir: Path | None) -> Path:
     """Write an embedded ``config.json`` once, under a name derived from its content."""
-    from planner.plan_file import write_text_atomic
+    from planner.planfile.document import write_text_atomic
     from planner.user_config import data_dir
 
     text = json.dumps(config, indent=2, sort_keys=True) + '\n'

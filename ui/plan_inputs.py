@@ -2,7 +2,7 @@
 
 :class:`PlanInputs` holds every input of the window with units in the field names
 (STYLE.md §1.5). :func:`build_request` turns it into a validated
-:class:`planner.plan_request.PlanRequest`; every bad value raises the core's
+:class:`planner.plans.request.PlanRequest`; every bad value raises the core's
 :class:`~planner.errors.InputError`, whose ``field`` (``--seq-len``...) names the
 widget to mark red. :func:`inputs_to_dict` / :func:`inputs_from_dict` give the session
 state kept in QSettings between runs (``batchfit.session/1``); files the user saves are
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import InputError
 
 if TYPE_CHECKING:
-    from planner.plan_request import PlanRequest
-    from planner.training import LoraSpec
+    from planner.memory.training import LoraSpec
+    from planner.plans.request import PlanRequest
 
 SESSION_SCHEMA = 'batchfit.session/1'
 BATCH_UNITS: tuple[str, ...] = ('samples', 'tokens')
@@ -107,10 +107,10 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
     Raises:
         InputError: naming the field (``--model``, ``--seq-len``, ``--gpu``...).
     """
-    from planner.catalog import find_gpu, inter_node_link
-    from planner.model_source import resolve_model
-    from planner.plan_request import PlanRequest
-    from planner.step_time import TrainingLength
+    from planner.hardware.catalog import find_gpu, inter_node_link
+    from planner.models.source import resolve_model
+    from planner.plans.request import PlanRequest
+    from planner.timing.step_time import TrainingLength
 
     model = resolve_model(inputs.model)
     gpu = find_gpu(inputs.gpu)
@@ -147,7 +147,7 @@ def lora_spec(inputs: PlanInputs) -> LoraSpec | None:
     Raises:
         InputError: on ``--lora-rank`` or ``--lora-targets`` when a value is not allowed.
     """
-    from planner.training import LoraSpec
+    from planner.memory.training import LoraSpec
 
     if inputs.tuning not in TUNING_KINDS:
         raise InputError('--lora-rank', f'unknown fine-tuning kind {inputs.tuning!r}',

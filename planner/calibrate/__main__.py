@@ -165,7 +165,7 @@ def _settings(args: argparse.Namespace) -> Any:
         except json.JSONDecodeError as exc:
             raise InputError('--model-json', f'is not JSON: {exc}') from None
     elif args.model:
-        from planner.model_source import resolve_model
+        from planner.models.source import resolve_model
 
         spec = resolve_model(args.model)
     else:

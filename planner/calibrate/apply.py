@@ -3,10 +3,10 @@
 These helpers are what ``batchfit estimate`` and ``batchfit plan`` call on a matching
 profile (see ``docs/calibration.md``):
 
-* :func:`overheads_from_profile` -> ``planner.memory.Overheads`` (estimate and plan);
-* :func:`efficiency_from_profile` -> ``planner.efficiency.CalibrationProfile`` on the
+* :func:`overheads_from_profile` -> ``planner.memory.peak.Overheads`` (estimate and plan);
+* :func:`efficiency_from_profile` -> ``planner.timing.efficiency.CalibrationProfile`` on the
   ``gemm_flops`` axis (plan);
-* :func:`step_options_from_profile` -> ``planner.step_time.StepTimeOptions`` with the
+* :func:`step_options_from_profile` -> ``planner.timing.step_time.StepTimeOptions`` with the
   fixed per-step cost and, from an NCCL sweep, the link efficiency (plan);
 * :func:`device_spec_from_profile` -> the ``GpuSpec`` the efficiencies refer to.
 """
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.calibrate.records import DeviceInfo, LoadedProfile, MeasuredProfile
-from planner.efficiency import CalibrationProfile
 from planner.errors import InputError
-from planner.hardware import GpuSpec
-from planner.memory import Overheads
-from planner.model_spec import ModelSpec
-from planner.step_time import StepTimeOptions
+from planner.hardware.devices import GpuSpec
+from planner.memory.peak import Overheads
+from planner.models.spec import ModelSpec
+from planner.timing.efficiency import CalibrationProfile
+from planner.timing.step_time import StepTimeOptions
 
 
 def _slug(text: str) -> str:
@@ -90,7 +90,7 @@ def device_spec(device: DeviceInfo, peak_flops_per_s: dict[str, float],
     """
     if device.catalog_key:
         try:
-            from planner.catalog import find_gpu
+            from planner.hardware.catalog import find_gpu
 
             return dataclasses.replace(find_gpu(device.catalog_key),
                                        memory_bytes=device.memory_bytes)
@@ -162,7 +162,7 @@ def use_profile(lp: LoadedProfile, *, model: ModelSpec | None = None,
     than the eager proxy. The link efficiency applies whenever the profile has an NCCL
     sweep.
     """
-    from planner.recipes import RECIPES
+    from planner.memory.recipes import RECIPES
 
     p = lp.profile
     source = str(lp.path)

@@ -24,9 +24,9 @@ from planner.calibrate.environment import limit_memory
 from planner.calibrate.probes import fake_peak_bytes, is_oom, sync, train_step
 from planner.calibrate.proxy import build_proxy, make_optimizer, random_batch
 from planner.calibrate.records import MaxMicroBatchRecord, ProbeRecord, model_spec_to_dict
-from planner.hardware import GpuSpec
-from planner.memory import Overheads, estimate
-from planner.training import TrainingSetup
+from planner.hardware.devices import GpuSpec
+from planner.memory.peak import Overheads, estimate
+from planner.memory.training import TrainingSetup
 
 if TYPE_CHECKING:
     from planner.calibrate.pipeline import Settings

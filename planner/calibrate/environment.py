@@ -89,7 +89,7 @@ def _cuda_uuid(props: Any) -> str | None:
 
 def _catalog_key(name: str, memory_bytes: int) -> str | None:
     try:  # the catalog needs platformdirs, which a training environment may lack
-        from planner.catalog import match_nvml_name
+        from planner.hardware.catalog import match_nvml_name
 
         spec = match_nvml_name(name, memory_bytes)
     except Exception:  # noqa: BLE001 - a missing catalog only costs the match

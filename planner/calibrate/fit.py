@@ -8,8 +8,8 @@ searching by trial. The pieces:
 * :func:`extrapolate_depth`: time or memory at two proxy depths -> the fixed and
   per-layer parts -> the full depth;
 * :func:`fit_step_time`: the full-depth step times -> the planner's own step-time
-  model, so that ``planner.step_time`` reproduces them: a GEMM efficiency per
-  measured GEMM size (a :class:`~planner.efficiency.CalibrationProfile` on the
+  model, so that ``planner.timing.step_time`` reproduces them: a GEMM efficiency per
+  measured GEMM size (a :class:`~planner.timing.efficiency.CalibrationProfile` on the
   ``gemm_flops`` axis) and a fixed per-step cost (``StepTimeOptions.step_overhead_s``);
 * :func:`predict_step_time`: the planner's prediction with those parameters (what
   ``batchfit plan`` computes, for one single-device configuration);
@@ -25,12 +25,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from planner.efficiency import CalibrationProfile
-from planner.hardware import GpuSpec
-from planner.memory import Overheads, estimate
-from planner.model_spec import ModelSpec
-from planner.step_time import LayoutArrays, StepTimeOptions, step_time_arrays
-from planner.training import TrainingSetup
+from planner.hardware.devices import GpuSpec
+from planner.memory.peak import Overheads, estimate
+from planner.memory.training import TrainingSetup
+from planner.models.spec import ModelSpec
+from planner.timing.efficiency import CalibrationProfile
+from planner.timing.step_time import LayoutArrays, StepTimeOptions, step_time_arrays
 
 MAX_MICRO_BATCH = 1 << 16  # the largest micro-batch the fit-based search considers
 

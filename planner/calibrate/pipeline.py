@@ -42,11 +42,11 @@ from planner.calibrate.records import (
     model_spec_to_dict,
     plain,
 )
-from planner.hardware import GpuSpec
-from planner.memory import Overheads, estimate
-from planner.model_spec import ModelSpec
-from planner.recipes import RECIPES
-from planner.training import TrainingSetup
+from planner.hardware.devices import GpuSpec
+from planner.memory.peak import Overheads, estimate
+from planner.memory.recipes import RECIPES
+from planner.memory.training import TrainingSetup
+from planner.models.spec import ModelSpec
 
 # Share of the progress bar per stage (collectives' share goes to the others when off).
 STAGE_WEIGHTS: dict[str, float] = {'environment': 0.05, 'matmul': 0.15, 'proxy': 0.45,

@@ -34,7 +34,7 @@ from planner.calibrate.proxy import (
     random_batch,
 )
 from planner.calibrate.records import MatmulPoint
-from planner.model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 
 # CALIBRATION.md §3: the messages the anchors treat as OOM when the type does not say.
 OOM_MESSAGES: tuple[str, ...] = (

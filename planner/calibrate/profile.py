@@ -36,7 +36,7 @@ from planner.calibrate.apply import (
 )
 from planner.calibrate.records import DEVICE_KINDS, SCHEMA, LoadedProfile, MeasuredProfile
 from planner.errors import InputError
-from planner.hardware import GpuSpec
+from planner.hardware.devices import GpuSpec
 from planner.user_config import data_dir
 
 PROFILE_FOLDER = 'calibration'

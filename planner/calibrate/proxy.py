@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from planner.model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 
 # Precision recipes the proxy can run (plain PyTorch; Megatron's bf16-mixed and
 # Transformer Engine's fp8 need their frameworks).

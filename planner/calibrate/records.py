@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import InputError
-from planner.model_spec import ModelSpec, MoESpec
+from planner.models.spec import ModelSpec, MoESpec
 
 SCHEMA = 'batchfit.calibration/1'
 DEVICE_KINDS: tuple[str, ...] = ('cuda', 'cpu')

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from planner.calibrate.protocol import EXIT_CODES, parse_event
-from planner.model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 
 DEFAULT_TIMEOUT_S = 900.0
 DEFAULT_GRACE_S = 5.0  # between SIGTERM and SIGKILL

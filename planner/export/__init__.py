@@ -28,7 +28,7 @@ from planner.export.base import Export, Exporter, ExportOptions
 from planner.export.batch import BatchNumbers, check_candidate
 
 if TYPE_CHECKING:
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 __all__ = ['EXPORTERS', 'BatchNumbers', 'Export', 'ExportOptions', 'Exporter', 'export_plan']
 

@@ -37,7 +37,7 @@ from planner.export.textfmt import yaml_lines
 
 if TYPE_CHECKING:
     from planner.export.batch import BatchNumbers
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 HEREDOC = 'BATCHFIT_ACCELERATE_CONFIG'
 

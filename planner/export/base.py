@@ -12,7 +12,7 @@ from planner.export.shell import check_text
 
 if TYPE_CHECKING:
     from planner.export.batch import BatchNumbers
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 RENDEZVOUS: tuple[str, ...] = ('static', 'c10d')
 SHARDING: tuple[str, ...] = ('deepspeed', 'fsdp')

@@ -22,7 +22,7 @@ from planner.export.textfmt import json_text
 
 if TYPE_CHECKING:
     from planner.export.batch import BatchNumbers
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 DS_OPTIMIZERS = {'adamw': 'AdamW', 'adam': 'Adam'}
 

@@ -34,7 +34,7 @@ from planner.export.textfmt import json_text
 
 if TYPE_CHECKING:
     from planner.export.batch import BatchNumbers
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 HF_OPTIMIZERS = {'adamw': 'adamw_torch', 'adam': 'adamw_torch', 'adamw-8bit': 'adamw_bnb_8bit',
                  'sgd': 'sgd', 'sgd-momentum': 'sgd', 'adafactor': 'adafactor'}

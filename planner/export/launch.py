@@ -18,7 +18,7 @@ from planner.export.shell import command, comments, env_ref, flag, quote
 if TYPE_CHECKING:
     from planner.export.base import ExportOptions
     from planner.export.batch import BatchNumbers
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 NODE_RANK = 'NODE_RANK'
 MASTER_ADDR = 'MASTER_ADDR'

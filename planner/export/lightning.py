@@ -25,7 +25,7 @@ from planner.export.textfmt import yaml_lines
 
 if TYPE_CHECKING:
     from planner.export.batch import BatchNumbers
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 PRECISIONS = {'bf16': 'bf16-mixed', 'fp16': '16-mixed', 'fp32': '32-true', 'tf32': '32-true',
               'bf16-pure': 'bf16-true', 'fp8': 'bf16-mixed'}

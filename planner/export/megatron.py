@@ -33,8 +33,8 @@ from planner.export.shell import quote
 
 if TYPE_CHECKING:
     from planner.export.batch import BatchNumbers
-    from planner.model_spec import ModelSpec
-    from planner.plan_file import PlanFile
+    from planner.models.spec import ModelSpec
+    from planner.planfile.document import PlanFile
 
 POSITIONS = {'rotary': 'rope', 'learned': 'learned_absolute', 'none': 'none'}
 

@@ -26,7 +26,7 @@ from planner.export.shell import quote
 
 if TYPE_CHECKING:
     from planner.export.batch import BatchNumbers
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 # sed reads the whole list: `head -n 1` would exit early, scontrol would die of SIGPIPE on a
 # long node list, and `set -o pipefail` would stop the job.

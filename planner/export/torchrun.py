@@ -21,7 +21,7 @@ from planner.export.launch import (
 
 if TYPE_CHECKING:
     from planner.export.batch import BatchNumbers
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:

@@ -35,7 +35,7 @@ from planner.export.textfmt import toml_lines
 
 if TYPE_CHECKING:
     from planner.export.batch import BatchNumbers
-    from planner.plan_file import PlanFile
+    from planner.planfile.document import PlanFile
 
 # Hugging Face ids of presets -> (torchtitan model, flavor).
 FLAVORS = {

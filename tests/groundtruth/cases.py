@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.model_spec import ModelSpec
-from planner.training import LoraSpec, TrainingSetup
+from planner.memory.training import LoraSpec, TrainingSetup
+from planner.models.spec import ModelSpec
 
 LLAMA_GQA = ModelSpec('llama-gqa', num_layers=3, hidden_size=384, num_heads=6, num_kv_heads=2,
                       head_dim=64, ffn_size=1024, vocab_size=4096, max_position_embeddings=1024)

@@ -53,9 +53,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 from torch.utils.weak import WeakIdKeyDictionary
 
-from planner.model_spec import ModelSpec
-from planner.recipes import RECIPES
-from planner.training import LoraSpec
+from planner.memory.recipes import RECIPES
+from planner.memory.training import LoraSpec
+from planner.models.spec import ModelSpec
 from tests.groundtruth.reference_models import (
     AttentionImpl,
     CausalLM,

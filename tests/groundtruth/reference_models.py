@@ -78,8 +78,8 @@ import torch.nn.functional as F  # noqa: N812 - the usual name
 from torch import nn
 from torch.utils.checkpoint import checkpoint, noop_context_fn
 
-from planner.model_spec import ModelSpec
-from planner.training import LoraSpec
+from planner.memory.training import LoraSpec
+from planner.models.spec import ModelSpec
 
 Style = Literal['gpt2', 'llama']
 AttentionImpl = Literal['eager', 'sdpa']

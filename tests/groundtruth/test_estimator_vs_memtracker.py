@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.memory import estimate
+from planner.memory.peak import estimate
 from tests.groundtruth.cases import CASES, measure
 
 pytest.importorskip('torch')

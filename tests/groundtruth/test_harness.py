@@ -15,7 +15,7 @@ torch = pytest.importorskip('torch')
 
 import torch.nn.functional as F  # noqa: E402, N812
 
-from planner.model_spec import ModelSpec  # noqa: E402
+from planner.models.spec import ModelSpec  # noqa: E402
 from tests.groundtruth.measure import (  # noqa: E402
     CATEGORIES,
     measure_real_cpu_peak,
@@ -144,7 +144,7 @@ def test_loss_is_transformers_for_causal_lm_loss():
 
 
 def test_unsupported_specs_are_refused():
-    from planner.model_spec import MoESpec
+    from planner.models.spec import MoESpec
 
     with pytest.raises(NotImplementedError):
         build_model(llama_spec(moe=MoESpec(num_experts=4, top_k=2, expert_ffn_size=64)))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from planner.export import export_plan
-from planner.training import LoraSpec
+from planner.memory.training import LoraSpec
 from tests.export_helpers import make_plan
 
 pytest.importorskip('deepspeed')

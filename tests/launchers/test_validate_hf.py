@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner.export import ExportOptions, export_plan
-from planner.training import LoraSpec
+from planner.memory.training import LoraSpec
 from tests.export_helpers import make_plan, recorded_argv, run_script
 from tests.launchers.torchrun_check import check_launch
 

@@ -8,7 +8,7 @@ from unittest import mock
 import pytest
 
 from planner.export import ExportOptions, export_plan
-from planner.training import LoraSpec
+from planner.memory.training import LoraSpec
 from tests.export_helpers import make_plan
 
 pytest.importorskip('lightning')

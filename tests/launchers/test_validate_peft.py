@@ -16,9 +16,9 @@ import inspect
 import pytest
 
 from planner.export import export_plan
-from planner.hf_config import spec_from_hf_config
-from planner.model_states import lora_params
-from planner.training import LoraSpec
+from planner.memory.model_states import lora_params
+from planner.memory.training import LoraSpec
+from planner.models.hf_config import spec_from_hf_config
 from tests.export_helpers import make_plan
 
 torch = pytest.importorskip('torch')

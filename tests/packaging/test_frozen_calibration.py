@@ -100,7 +100,7 @@ def test_library_path_untouched_when_not_frozen():
 
 def test_frozen_child_gets_the_bundled_planner(frozen):
     from planner.calibrate.runner import CalibrationOptions, CalibrationRunner
-    from planner.model_source import resolve_model
+    from planner.models.source import resolve_model
 
     options = CalibrationOptions(model=resolve_model('gpt2'), seq_len=64, device='cpu',
                                  python='/opt/torch/bin/python')
@@ -127,8 +127,8 @@ def test_frozen_cli_without_torch_says_how_to_get_it(frozen, monkeypatch, capsys
 def test_frozen_cli_uses_the_python_found_on_path(frozen, monkeypatch):
     import argparse
 
-    from planner.calibrate_cli import options_from_args
-    from planner.cli import build_parser
+    from planner.cli.calibrate import options_from_args
+    from planner.cli.main import build_parser
 
     monkeypatch.setattr(interpreter, 'find_python_with_torch', lambda: '/usr/bin/python3')
     args = build_parser().parse_args(['calibrate', '--device', 'cpu', '--model', 'gpt2',

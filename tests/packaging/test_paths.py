@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.paths_cli import settings_ini_path, user_paths
+from planner.cli.paths import settings_ini_path, user_paths
 from tests.cli_helpers import run_cli
 
 KEYS = ['config_dir', 'user_toml', 'gui_settings', 'data_dir', 'profiles_dir', 'gui_log']

@@ -83,7 +83,7 @@ def test_installed_wheel_runs_away_from_the_source_tree(wheel, tmp_path):
     probe = (
         'import sys, json; sys.path.insert(0, sys.argv[1]);'
         'import planner, planner.resources as r;'
-        'from planner.cli import main;'
+        'from planner.cli.main import main;'
         'print(json.dumps({"file": planner.__file__, "res": str(r.resources_dir())}));'
         'sys.exit(main(["estimate", "--model", "gpt2", "--seq-len", "128", "--micro-batch", "1",'
         '"--gpu", "a100-80g-sxm", "--json"]))'
@@ -124,7 +124,7 @@ def test_wheel_metadata_keeps_torch_in_extras(wheel):
     assert not any(r.marker is None or r.marker.evaluate({'extra': ''}) for r in torch)
     assert any(r.marker.evaluate({'extra': 'calibrate'}) for r in torch)  # ...behind extras
     assert 'calibrate' in meta.get_all('Provides-Extra')
-    assert 'batchfit = planner.cli:main' in entry_points
+    assert 'batchfit = planner.cli.main:main' in entry_points
     assert '[gui_scripts]' in entry_points
     assert 'batchfit-gui = ui.app:main' in entry_points
     assert 'ui/_desktop/io.github.batchfit.batchfit.desktop' in names

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.calibrate.records import SCHEMA, model_spec_to_dict
-from planner.model_spec import ModelSpec
+from planner.models.spec import ModelSpec
 
 TINY = ModelSpec(name='tiny-llama', num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4,
                  head_dim=16, ffn_size=256, vocab_size=512, max_position_embeddings=256)

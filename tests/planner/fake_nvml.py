@@ -1,6 +1,6 @@
 """A fake ``pynvml`` module: an 8-GPU H100 NVLink node, with injectable failures.
 
-It mirrors the parts of nvidia-ml-py that ``planner.hw.nvml`` calls: the same function
+It mirrors the parts of nvidia-ml-py that ``planner.hardware.local.nvml`` calls: the same function
 names and signatures, ``NVMLError`` subclasses built from the NVML return code, and
 process records with ``pid``/``usedGpuMemory``. Install it with :func:`install`.
 
@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from planner.hw import nvml
+from planner.hardware.local import nvml
 
 MIB = 2**20
 

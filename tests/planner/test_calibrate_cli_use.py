@@ -7,7 +7,7 @@ import json
 import pytest
 
 from planner.calibrate.profile import profile_dir
-from planner.presets import find_preset
+from planner.models.presets import find_preset
 from tests.cli_helpers import run_cli
 from tests.planner.calibration_helpers import profile_doc, write_profile
 

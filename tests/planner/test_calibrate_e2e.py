@@ -19,8 +19,8 @@ from planner.calibrate.profile import (
     profile_dir,
     step_options_from_profile,
 )
-from planner.calibrate_cli import ProgressBar
-from planner.cli import main
+from planner.cli.calibrate import ProgressBar
+from planner.cli.main import main
 from tests.planner.calibration_helpers import write_tiny_config
 
 pytest.importorskip('torch')

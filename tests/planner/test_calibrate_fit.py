@@ -16,12 +16,12 @@ from planner.calibrate.fit import (
     predict_step_time,
     theil_sen,
 )
-from planner.catalog import find_gpu
-from planner.efficiency import CalibrationProfile
-from planner.memory import Overheads, estimate
-from planner.presets import find_preset
-from planner.step_time import StepTimeOptions
-from planner.training import TrainingSetup
+from planner.hardware.catalog import find_gpu
+from planner.memory.peak import Overheads, estimate
+from planner.memory.training import TrainingSetup
+from planner.models.presets import find_preset
+from planner.timing.efficiency import CalibrationProfile
+from planner.timing.step_time import StepTimeOptions
 from tests.planner.calibration_helpers import TINY
 
 

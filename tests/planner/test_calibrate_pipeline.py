@@ -8,10 +8,10 @@ from planner.calibrate import edge, pipeline
 from planner.calibrate.edge import _requested_bytes, largest_micro_batch
 from planner.calibrate.pipeline import Settings
 from planner.calibrate.probes import is_oom
-from planner.catalog import find_gpu
-from planner.memory import Overheads, estimate
-from planner.presets import find_preset
-from planner.training import TrainingSetup
+from planner.hardware.catalog import find_gpu
+from planner.memory.peak import Overheads, estimate
+from planner.memory.training import TrainingSetup
+from planner.models.presets import find_preset
 
 MODEL = find_preset('llama-3.2-1b')
 GPU = find_gpu('h100-sxm')

@@ -21,9 +21,9 @@ from planner.calibrate.profile import (
     save_profile,
     step_options_from_profile,
 )
-from planner.catalog import find_gpu
 from planner.errors import InputError
-from planner.presets import find_preset
+from planner.hardware.catalog import find_gpu
+from planner.models.presets import find_preset
 from tests.planner.calibration_helpers import H100_UUID, TINY, profile_doc, write_profile
 
 

@@ -153,8 +153,8 @@ def test_wait_before_start_is_an_error():
 def test_the_parent_side_never_imports_torch():
     import subprocess
 
-    code = ('import sys, planner.cli, planner.calibrate_cli, planner.calibrate.runner, '
+    code = ('import sys, planner.cli.main, planner.cli.calibrate, planner.calibrate.runner, '
             'planner.calibrate.profile, planner.calibrate.apply, planner.calibrate.fit, '
-            'planner.calibrate.pipeline; planner.cli.build_parser(); '
+            'planner.calibrate.pipeline; planner.cli.main.build_parser(); '
             'sys.exit("torch" in sys.modules)')
     assert subprocess.run([sys.executable, '-c', code], check=False).returncode == 0

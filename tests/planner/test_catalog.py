@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from planner import catalog
 from planner.errors import InputError
-from planner.hardware import DTYPES
+from planner.hardware import catalog
+from planner.hardware.devices import DTYPES
 
 GIB = 2**30
 MIB = 2**20

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from planner.cli import main
-from planner.presets import find_preset
+from planner.cli.main import main
+from planner.models.presets import find_preset
 from tests.cli_helpers import run_cli
 
 EXAMPLE = ['estimate', '--model', 'llama-3.1-8b', '--seq-len', '4096', '--micro-batch', '2',

@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import planner.distinct_rows as distinct_module
-from planner.catalog import find_gpu, find_interconnect
 from planner.distinct_rows import Spread, distinct_rows, packed_key
-from planner.memory import estimate_arrays, tensor_peak_floor
-from planner.plan_request import PlanRequest
-from planner.presets import find_preset
-from planner.search import _ranking, _ranking_lexsort, enumerate_grid, search
-from planner.step_time import TrainingLength
-from planner.training import LoraSpec
+from planner.hardware.catalog import find_gpu, find_interconnect
+from planner.memory.peak import estimate_arrays, tensor_peak_floor
+from planner.memory.training import LoraSpec
+from planner.models.presets import find_preset
+from planner.plans.request import PlanRequest
+from planner.plans.search import _ranking, _ranking_lexsort, enumerate_grid, search
+from planner.timing.step_time import TrainingLength
 
 
 @pytest.mark.parametrize('high', [4, 1 << 60])  # one key per row, or the stacked fallback

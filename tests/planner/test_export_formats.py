@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from planner.cli import EXIT_BAD_INPUT
+from planner.cli.main import EXIT_BAD_INPUT
 from planner.errors import InputError
 from planner.export import EXPORTERS, ExportOptions, export_plan
 from planner.export.batch import check_candidate
-from planner.plan_file import write_plan
+from planner.memory.training import LoraSpec
+from planner.planfile.document import write_plan
 from planner.toml_compat import tomllib
-from planner.training import LoraSpec
 from tests.cli_helpers import run_cli
 from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_script
 

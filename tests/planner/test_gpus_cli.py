@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from planner import gpus_cli
-from planner.cli import main
-from planner.hw import nvml
+from planner.cli import gpus as gpus_cli
+from planner.cli.main import main
+from planner.hardware.local import nvml
 from tests.cli_helpers import run_cli
 from tests.planner import fake_nvml as fk
 from tests.planner.fake_nvml import FakeNvml, install, real_driver_present

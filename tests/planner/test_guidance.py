@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from planner.efficiency import attainable_fraction, default_curve, matmul_efficiency
 from planner.errors import InputError
-from planner.guidance import (
+from planner.models.spec import ModelSpec
+from planner.plans.guidance import (
     advise,
     data_factor,
     deepseek_compute_flops,
@@ -19,7 +19,7 @@ from planner.guidance import (
     suggest_warmup_steps,
     time_to_same_loss_ratio,
 )
-from planner.model_spec import ModelSpec
+from planner.timing.efficiency import attainable_fraction, default_curve, matmul_efficiency
 
 # DeepSeek LLM 7B: L30, h4096, 32 heads, f11008, V102400, s4096, trained on 2T tokens.
 DEEPSEEK_7B = ModelSpec('DeepSeek-LLM-7B', 30, 4096, 32, 32, 128, 11008, 102400)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from planner.errors import InputError
-from planner.hf_config import SUPPORTED_MODEL_TYPES, spec_from_hf_config
-from planner.presets import find_preset
+from planner.models.hf_config import SUPPORTED_MODEL_TYPES, spec_from_hf_config
+from planner.models.presets import find_preset
 
 DATA = Path(__file__).parent / 'data' / 'hf_configs'
 

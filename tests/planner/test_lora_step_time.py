@@ -11,19 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.catalog import find_gpu, find_interconnect
-from planner.memory import estimate
-from planner.model_spec import ModelSpec
-from planner.model_states import NF4_BYTES, lora_params
-from planner.presets import find_preset
-from planner.step_time import (
+from planner.hardware.catalog import find_gpu, find_interconnect
+from planner.memory.model_states import NF4_BYTES, lora_params
+from planner.memory.peak import estimate
+from planner.memory.training import LoraSpec, TrainingSetup
+from planner.models.presets import find_preset
+from planner.models.spec import ModelSpec
+from planner.timing.step_time import (
     RECOMPUTE_MODES,
     LayoutArrays,
     StepTimeOptions,
     step_time_arrays,
     training_flops_per_token,
 )
-from planner.training import LoraSpec, TrainingSetup
 
 BREAKDOWN = ('compute_s', 'elementwise_s', 'bubble_s', 'tp_comm_s', 'cp_comm_s', 'pp_comm_s',
              'dp_comm_s', 'optimizer_s', 'overhead_s')

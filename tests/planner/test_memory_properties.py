@@ -10,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import InputError
-from planner.memory import (
+from planner.memory.peak import (
     ConfigArrays,
     MemoryOptions,
     estimate,
     estimate_arrays,
     tensor_peak_floor,
 )
-from planner.presets import find_preset
-from planner.training import LoraSpec, TrainingSetup
+from planner.memory.training import LoraSpec, TrainingSetup
+from planner.models.presets import find_preset
 
 MODELS = {name: find_preset(name) for name in (
     'gpt2', 'llama-3.1-8b', 'qwen2.5-0.5b', 'mixtral-8x7b', 'gemma-2-9b', 'llama-2-13b')}
@@ -109,8 +109,8 @@ def test_zero3_shards_add_back_to_the_whole_model(name):
 
 
 def _weights(model, s) -> float:
-    from planner.model_states import model_state_bytes, stage_params
-    from planner.recipes import OPTIMIZERS, RECIPES
+    from planner.memory.model_states import model_state_bytes, stage_params
+    from planner.memory.recipes import OPTIMIZERS, RECIPES
 
     params = stage_params(model, np.asarray(s.tp), np.asarray(s.pp), np.asarray(s.ep),
                           'first', None)
@@ -150,8 +150,8 @@ def test_tensor_and_pipeline_shards_add_back(name):
 
 
 def _last_stage_weights(model, pp: int) -> float:
-    from planner.model_states import model_state_bytes, stage_params
-    from planner.recipes import OPTIMIZERS, RECIPES
+    from planner.memory.model_states import model_state_bytes, stage_params
+    from planner.memory.recipes import OPTIMIZERS, RECIPES
 
     one = np.asarray(1)
     params = stage_params(model, one, np.asarray(pp), one, 'last', None)

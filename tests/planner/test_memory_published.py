@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.activations import megatron_layer_terms
-from planner.model_spec import ModelSpec
-from planner.model_states import StageParams, model_state_bytes
-from planner.recipes import OPTIMIZERS, RECIPES
+from planner.memory.activations import megatron_layer_terms
+from planner.memory.model_states import StageParams, model_state_bytes
+from planner.memory.recipes import OPTIMIZERS, RECIPES
+from planner.models.spec import ModelSpec
 
 GIB = 2**30
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.catalog import find_gpu
-from planner.memory import estimate
-from planner.micro_batch_sweep import micro_batch_sweep
-from planner.plan_request import PlanRequest
-from planner.presets import find_preset
-from planner.search import search
-from planner.step_time import RECOMPUTE_MODES, TrainingLength
-from planner.training import TrainingSetup
+from planner.hardware.catalog import find_gpu
+from planner.memory.peak import estimate
+from planner.memory.training import TrainingSetup
+from planner.models.presets import find_preset
+from planner.plans.micro_batch_sweep import micro_batch_sweep
+from planner.plans.request import PlanRequest
+from planner.plans.search import search
+from planner.timing.step_time import RECOMPUTE_MODES, TrainingLength
 
 
 def _request(model: str, seq_len: int, per_node: int, batch: int, **kw) -> PlanRequest:

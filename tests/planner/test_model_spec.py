@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.model_spec import ModelSpec
-from planner.presets import find_preset
+from planner.models.presets import find_preset
+from planner.models.spec import ModelSpec
 
 # Exact counts of the released checkpoints (DOMAIN.md §2 and the HF model cards).
 PUBLISHED = [

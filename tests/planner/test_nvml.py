@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.hw import HardwareInventory, nvml, probe
+from planner.hardware.local import HardwareInventory, nvml, probe
 from planner.user_config import user_toml_path
 from tests.planner import fake_nvml as fk
 from tests.planner.fake_nvml import FakeNvml, install, real_driver_present
@@ -260,7 +260,7 @@ def test_never_raises_on_a_broken_binding(fake, monkeypatch, caplog):
         raise ZeroDivisionError('boom')
 
     monkeypatch.setattr(fake, 'nvmlDeviceGetCount', broken)
-    with caplog.at_level(logging.ERROR, logger='planner.hw.nvml'):
+    with caplog.at_level(logging.ERROR, logger='planner.hardware.local.nvml'):
         inv = probe()
     assert inv.status == 'error'
     assert 'ZeroDivisionError' in inv.message
@@ -287,7 +287,7 @@ def test_memory_v2_missing_falls_back_to_v1_logged_once(fake, caplog):
     for gpu in fake.gpus:
         gpu.fail['nvmlDeviceGetMemoryInfo_v2'] = fk.FUNCTION_NOT_FOUND
         gpu.memory_used_bytes = 2 * 2**30
-    with caplog.at_level(logging.INFO, logger='planner.hw.nvml'):
+    with caplog.at_level(logging.INFO, logger='planner.hardware.local.nvml'):
         inv = probe()
         probe()
     g = inv.gpus[0]
@@ -306,7 +306,7 @@ def test_processes_fall_back_from_v3(fake, caplog):
                               (2**22 + 9, None)]
     for gpu in fake.gpus:
         gpu.fail['nvmlDeviceGetComputeRunningProcesses_v3'] = fk.FUNCTION_NOT_FOUND
-    with caplog.at_level(logging.INFO, logger='planner.hw.nvml'):
+    with caplog.at_level(logging.INFO, logger='planner.hardware.local.nvml'):
         inv = probe()
     procs = inv.gpus[0].processes
     assert fake.calls['nvmlDeviceGetComputeRunningProcesses_v2'] == 8
@@ -474,14 +474,14 @@ def test_only_nvml_module_imports_pynvml():
     pattern = re.compile(r'^\s*(import\s+pynvml\b|from\s+pynvml\b)', re.MULTILINE)
     importers = sorted(str(p.relative_to(PLANNER.parent)) for p in PLANNER.rglob('*.py')
                        if pattern.search(p.read_text(encoding='utf-8')))
-    assert importers == ['planner/hw/nvml.py']
+    assert importers == ['planner/hardware/local/nvml.py']
     source = (PLANNER / 'hw' / 'nvml.py').read_text(encoding='utf-8')
     assert not re.search(r'^(import|from)\s+pynvml\b', source, re.MULTILINE), \
         'pynvml must be imported inside functions'
 
 
 def test_importing_planner_hw_does_not_import_pynvml():
-    code = ('import sys, planner.hw, planner.cli; '
+    code = ('import sys, planner.hardware.local, planner.cli.main; '
             'print("pynvml" in sys.modules)')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                          check=True, cwd=PLANNER.parent)
@@ -489,7 +489,7 @@ def test_importing_planner_hw_does_not_import_pynvml():
 
 
 def test_python_m_planner_hw_text_and_json(fake, capsys):
-    from planner.hw.__main__ import main
+    from planner.hardware.local.__main__ import main
 
     assert main([]) == 0
     out = capsys.readouterr().out
@@ -523,8 +523,8 @@ def test_real_environment_without_driver():
 
 @pytest.mark.skipif(real_driver_present(), reason='an NVIDIA driver is present')
 def test_python_m_planner_hw_json_without_driver():
-    out = subprocess.run([sys.executable, '-m', 'planner.hw', '--json'], capture_output=True,
-                         text=True, cwd=PLANNER.parent, check=False)
+    out = subprocess.run([sys.executable, '-m', 'planner.hardware.local', '--json'],
+                         capture_output=True, text=True, cwd=PLANNER.parent, check=False)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc['status'] == 'no_driver'

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from planner.cli import EXIT_BAD_INPUT
-from planner.plan_cli import EXIT_NO_PLAN, PLAN_SCHEMA
+from planner.cli.main import EXIT_BAD_INPUT
+from planner.cli.plan import EXIT_NO_PLAN, PLAN_SCHEMA
 from tests.cli_helpers import run_cli
 
 BASE = ['plan', '--model', 'llama-3-8b', '--seq-len', '4096', '--gpu', 'h100', '--nodes', '4',

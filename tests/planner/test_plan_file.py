@@ -11,21 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from planner.cli import EXIT_BAD_INPUT
-from planner.efficiency import CalibrationProfile
+from planner.cli.export import save_and_export
+from planner.cli.main import EXIT_BAD_INPUT
 from planner.errors import InputError
 from planner.export import export_plan
-from planner.export_cli import save_and_export
-from planner.plan_file import (
+from planner.memory.training import LoraSpec
+from planner.planfile.document import (
     GuidanceInputs,
     plan_file_from_search,
     plan_from_dict,
     read_plan,
     write_plan,
 )
-from planner.plan_file_migrate import CURRENT_SCHEMA
-from planner.search import LayoutLimits, search
-from planner.training import LoraSpec
+from planner.planfile.migrate import CURRENT_SCHEMA
+from planner.plans.search import LayoutLimits, search
+from planner.timing.efficiency import CalibrationProfile
 from tests.cli_helpers import run_cli
 from tests.export_helpers import make_plan
 

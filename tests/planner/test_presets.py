@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from planner.errors import InputError
-from planner.model_source import resolve_model
-from planner.presets import find_preset, load_presets, normalize, preset_info
+from planner.models.presets import find_preset, load_presets, normalize, preset_info
+from planner.models.source import resolve_model
 
 DATA = Path(__file__).parent / 'data' / 'hf_configs'
 

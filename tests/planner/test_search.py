@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.catalog import find_gpu, find_interconnect
 from planner.errors import InputError
-from planner.memory import MemoryOptions, estimate
-from planner.presets import find_preset
-from planner.search import (
+from planner.hardware.catalog import find_gpu, find_interconnect
+from planner.memory.peak import MemoryOptions, estimate
+from planner.memory.training import LoraSpec, TrainingSetup
+from planner.models.presets import find_preset
+from planner.plans.search import (
     STATUS_NO_FACTORISATION,
     STATUS_NO_FIT,
     STATUS_OK,
@@ -27,8 +28,7 @@ from planner.search import (
     pareto_front,
     search,
 )
-from planner.step_time import RECOMPUTE_MODES, TrainingLength
-from planner.training import LoraSpec, TrainingSetup
+from planner.timing.step_time import RECOMPUTE_MODES, TrainingLength
 
 H100 = 'h100-sxm'
 
@@ -307,7 +307,7 @@ def test_request_round_trips_to_json_types():
 def test_dropping_layouts_below_the_floor_changes_nothing(monkeypatch, kw):
     """The search skips layouts whose memory floor overflows; without that shortcut it
     must find exactly the same plans, ranking and smallest peak."""
-    import planner.search as search_module
+    import planner.plans.search as search_module
 
     fast = search(request(**kw))
     monkeypatch.setattr(search_module, 'tensor_peak_floor',

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import InputError
-from planner.size_rule import parse_size, preferred_depth, spec_from_size
+from planner.models.size_rule import parse_size, preferred_depth, spec_from_size
 
 
 def _check_shape(spec):

@@ -7,19 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from planner.catalog import find_gpu, find_interconnect
-from planner.efficiency import (
+from planner.errors import InputError
+from planner.hardware.catalog import find_gpu, find_interconnect
+from planner.models.presets import find_preset
+from planner.models.spec import ModelSpec
+from planner.plans.search import LayoutLimits, PlanRequest, search
+from planner.timing.efficiency import (
     DEFAULT_CURVES,
     CalibrationProfile,
     default_curve,
     gemm_flops,
     matmul_efficiency,
 )
-from planner.errors import InputError
-from planner.model_spec import ModelSpec
-from planner.presets import find_preset
-from planner.search import LayoutLimits, PlanRequest, search
-from planner.step_time import (
+from planner.timing.step_time import (
     LayoutArrays,
     StepTimeOptions,
     TrainingLength,
@@ -266,9 +266,9 @@ def test_training_length_is_checked(kwargs):
 
 
 def test_recompute_codes_agree_across_modules():
-    from planner.activations import RECOMPUTE_CODES
-    from planner.step_time import RECOMPUTE_MODES
-    from planner.training import RECOMPUTE_MODES as SETUP_MODES
+    from planner.memory.activations import RECOMPUTE_CODES
+    from planner.memory.training import RECOMPUTE_MODES as SETUP_MODES
+    from planner.timing.step_time import RECOMPUTE_MODES
 
     assert RECOMPUTE_MODES == SETUP_MODES
     assert [RECOMPUTE_CODES[mode] for mode in RECOMPUTE_MODES] == [0, 1, 2]

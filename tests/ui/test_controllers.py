@@ -59,7 +59,7 @@ def test_hardware_poller_with_fake_nvml(qtbot, fake_gpus):
 
 
 def test_gpu_panel_shows_eight_gpus(qtbot, fake_gpus):
-    from planner.hw import probe
+    from planner.hardware.local import probe
     from ui.widgets.gpu_panel import GpuPanel
 
     panel = GpuPanel()
@@ -84,7 +84,7 @@ def test_the_worked_example_gets_no_micro_batch_warning():
     """Llama-3.1-8B at s4096 on H100 (eager PyTorch): micro-batch 1 already makes
     4096-token GEMMs and larger ones gain about 1 %, so no warning (there was one,
     "60 % of the efficiency", which was the framework factor of 0.61)."""
-    from planner.micro_batch_sweep import micro_batch_sweep
+    from planner.plans.micro_batch_sweep import micro_batch_sweep
     from ui.plan_compute import compute_main, guidance_for
 
     outcome = compute_main(PlanInputs())

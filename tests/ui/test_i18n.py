@@ -279,10 +279,10 @@ def _core_labels() -> set[str]:
     """Every fixed label the core defines that the UI shows."""
     from planner.calibrate.protocol import STAGES
     from planner.export import EXPORTERS
-    from planner.memory import PHASES
-    from planner.recipes import OPTIMIZERS, RECIPES
-    from planner.report import COMPONENT_LABELS, OVERHEAD_LABELS
-    from planner.step_time import RECOMPUTE_MODES
+    from planner.memory.peak import PHASES
+    from planner.memory.recipes import OPTIMIZERS, RECIPES
+    from planner.memory.report import COMPONENT_LABELS, OVERHEAD_LABELS
+    from planner.timing.step_time import RECOMPUTE_MODES
     from ui.plan_compute import compute_plan
     from ui.plan_inputs import PlanInputs
 
@@ -301,10 +301,10 @@ def test_every_core_label_is_a_term():
 
 
 def _guidance_texts() -> list[str]:
-    """Warnings, notes and other guidance strings, from the real planner.guidance."""
-    from planner import guidance
-    from planner.guidance import advise
-    from planner.model_source import resolve_model
+    """Warnings, notes and other guidance strings, from the real planner.plans.guidance."""
+    from planner.models.source import resolve_model
+    from planner.plans import guidance
+    from planner.plans.guidance import advise
 
     model = resolve_model('llama-3.1-8b')
     runs = [
@@ -328,7 +328,7 @@ def _guidance_texts() -> list[str]:
 
 
 def _nvml_messages(monkeypatch) -> list[str]:
-    from planner.hw import nvml
+    from planner.hardware.local import nvml
     from tests.planner import fake_nvml
 
     out = []

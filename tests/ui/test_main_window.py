@@ -227,7 +227,7 @@ def test_core_input_error_marks_its_field(qtbot, window):
 
 
 def _saved(path):
-    from planner.plan_file import read_plan
+    from planner.planfile.document import read_plan
 
     return read_plan(path)
 
@@ -292,7 +292,7 @@ def test_qlora_fine_tuning_plans_data_parallel_adapters(qtbot, window, tmp_path)
     panel.tuning_combo.setCurrentIndex(panel.tuning_combo.findData('full'))
     full = _wait_for_plan(qtbot, window, lambda o: o.inputs.tuning == 'full')
     assert full.request.lora is None
-    from planner.model_states import lora_params
+    from planner.memory.model_states import lora_params
 
     adapters = lora_params(o.request.model, o.request.lora)
     assert adapters < 0.03 * o.request.model.total_params()
@@ -304,7 +304,7 @@ def test_qlora_fine_tuning_plans_data_parallel_adapters(qtbot, window, tmp_path)
     panel.tuning_combo.setCurrentIndex(panel.tuning_combo.findData('qlora'))
     _wait_for_plan(qtbot, window, lambda o: o.inputs.tuning == 'qlora')
     assert window.save_to(str(path))
-    from planner.plan_file import read_plan
+    from planner.planfile.document import read_plan
 
     assert read_plan(path).constraints.lora == {'rank': 64, 'targets': [
         'q', 'k', 'v', 'o', 'gate', 'up', 'down'], 'base_bits': 4}

@@ -1,8 +1,8 @@
 """Poll the local GPUs once a second in a worker thread (STYLE.md §3.2).
 
 A :class:`_Poller` QObject moved to a ``QThread`` owns a ``QTimer`` created in that
-thread; each tick calls :func:`planner.hw.probe` (which never raises) and emits the
-frozen :class:`~planner.hw.HardwareInventory`. :class:`HardwareController` lives on the
+thread; each tick calls :func:`planner.hardware.local.probe` (which never raises) and emits the
+frozen :class:`~planner.hardware.local.HardwareInventory`. :class:`HardwareController` lives on the
 GUI thread and re-emits every snapshot as :attr:`HardwareController.snapshot_ready`.
 """
 
@@ -31,7 +31,7 @@ class _Poller(QObject):
 
     @Slot()
     def poll(self) -> None:
-        from planner.hw import probe
+        from planner.hardware.local import probe
 
         self.snapshot.emit(probe())
 

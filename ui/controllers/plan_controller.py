@@ -60,7 +60,7 @@ class _PlanRunnable(QRunnable):
         """
         if self.shown is None:
             return
-        from planner.search import SearchCancelled
+        from planner.plans.search import SearchCancelled
 
         waited = 0.0
         while not self.shown.wait(0.02):
@@ -71,7 +71,7 @@ class _PlanRunnable(QRunnable):
                 return
 
     def run(self) -> None:
-        from planner.search import SearchCancelled
+        from planner.plans.search import SearchCancelled
 
         sweep = error = None
         try:

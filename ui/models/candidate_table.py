@@ -1,6 +1,6 @@
 """The candidates of a search as a Qt table model, with a filter proxy and CSV export.
 
-:class:`CandidateTableModel` shows :class:`planner.plan_result.Candidate` records, one
+:class:`CandidateTableModel` shows :class:`planner.plans.result.Candidate` records, one
 per row, columns with their units; ``Qt.UserRole`` gives the raw number. The model sorts
 itself on those numbers (one Python sort of its rows), and keeps the order through new
 results: a sorting proxy would ask ``data()`` about 800 times per new table, each a call
@@ -32,7 +32,7 @@ from ui.core_terms import core_text
 from ui.i18n import translate
 
 if TYPE_CHECKING:
-    from planner.plan_result import Candidate
+    from planner.plans.result import Candidate
 
 GIB = 2**30
 DAY = 86_400.0

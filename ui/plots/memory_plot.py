@@ -1,6 +1,6 @@
 """The selected plan's per-GPU memory as one stacked bar, with capacity and margin lines.
 
-One ``BarGraphItem`` per named part (planner.report's labels, shown translated through
+One ``BarGraphItem`` per named part (planner.memory.report's labels, shown translated through
 :func:`ui.core_terms.core_text`), created once and updated with
 ``setOpts(height=..., y0=...)`` (STYLE.md §1.3.1). Hovering the bar shows the part under
 the mouse in a tooltip.
@@ -16,13 +16,13 @@ from PySide6.QtCore import QPointF
 from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QToolTip
 
-from planner.report import COMPONENT_LABELS, OVERHEAD_LABELS
+from planner.memory.report import COMPONENT_LABELS, OVERHEAD_LABELS
 from ui.core_terms import core_text
 from ui.i18n import translate
 from ui.plots.series_plot import settle_view
 
 if TYPE_CHECKING:
-    from planner.plan_result import CandidateMemory
+    from planner.plans.result import CandidateMemory
 
 GIB = 2**30
 PARTS: tuple[tuple[str, str], ...] = (

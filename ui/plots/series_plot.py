@@ -18,7 +18,7 @@ from PySide6.QtCore import QPointF, Qt
 from ui.i18n import translate
 
 if TYPE_CHECKING:
-    from planner.micro_batch_sweep import MicroBatchSweep
+    from planner.plans.micro_batch_sweep import MicroBatchSweep
 
 DAY = 86_400.0
 GIB = 2**30
@@ -224,7 +224,7 @@ def time_vs_batch_plot(parent=None) -> SeriesPlot:
 class MicroBatchPlot(SeriesPlot):
     """Throughput against the micro-batch, the rest of the layout fixed; MFU on the right.
 
-    Every micro-batch the layout allows is drawn (``planner.micro_batch_sweep``): those
+    Every micro-batch the layout allows is drawn (``planner.plans.micro_batch_sweep``): those
     that fit on the solid line, those that do not as hollow points on a dashed grey
     continuation, their hover saying how much memory they would need. For one layout
     MFU is throughput × FLOPs per token ÷ (GPUs × peak): the same curve on another scale,

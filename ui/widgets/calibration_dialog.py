@@ -94,7 +94,7 @@ class CalibrationDialog(QDialog):
         """The ``CalibrationOptions`` the dialog's fields describe (``python`` overrides
         the field)."""
         from planner.calibrate.runner import CalibrationOptions
-        from planner.model_source import resolve_model
+        from planner.models.source import resolve_model
 
         device, uuid = self.device_combo.currentData()
         return CalibrationOptions(model=resolve_model(self.model_text), seq_len=self.seq_len,

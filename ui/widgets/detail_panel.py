@@ -1,7 +1,7 @@
 """Everything about the selected plan: layout, memory, time, cost, guidance, warnings.
 
 A ``QTreeWidget`` of (quantity, value) rows in sections; every estimate carries its
-formula as a tooltip. Warnings and guidance come from :mod:`planner.guidance`; their
+formula as a tooltip. Warnings and guidance come from :mod:`planner.plans.guidance`; their
 sentences, the memory part labels and the phase names are the core's English texts,
 shown through :func:`ui.core_terms.core_text`.
 
@@ -21,14 +21,14 @@ from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QWidget
 
-from planner.report import COMPONENT_LABELS, OVERHEAD_LABELS
+from planner.memory.report import COMPONENT_LABELS, OVERHEAD_LABELS
 from ui.core_terms import core_text
 from ui.i18n import translate
 
 if TYPE_CHECKING:
-    from planner.guidance import Guidance
-    from planner.plan_request import PlanRequest
-    from planner.plan_result import Candidate
+    from planner.plans.guidance import Guidance
+    from planner.plans.request import PlanRequest
+    from planner.plans.result import Candidate
 
 GIB = 2**30
 DAY = 86_400.0
@@ -272,7 +272,7 @@ class DetailPanel(QTreeWidget):
 
     def _tuning_row(self, request: PlanRequest) -> None:
         """What a LoRA/QLoRA plan trains, under the layout (its section is the last one)."""
-        from planner.model_states import lora_params
+        from planner.memory.model_states import lora_params
 
         lora, model = request.lora, request.model
         trainable = lora_params(model, lora)

@@ -4,7 +4,7 @@ Each tab shows the text (comments and flags highlighted), the caveats the export
 notes, and Copy / Save buttons. A format that refuses the plan says why in its tab. The
 exporters' summaries are translated (:mod:`ui.core_terms`); their notes and refusals are
 the core's English messages, and the exported text itself is never translated.
-``planner.export`` and ``planner.plan_file`` are imported when the dialog opens, not
+``planner.export`` and ``planner.planfile.document`` are imported when the dialog opens, not
 when the window starts.
 """
 
@@ -41,7 +41,7 @@ from ui.core_terms import core_text
 from ui.i18n import translate
 
 if TYPE_CHECKING:
-    from planner.plan_result import Candidate
+    from planner.plans.result import Candidate
     from ui.plan_compute import PlanOutcome
 
 

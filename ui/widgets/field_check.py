@@ -1,6 +1,6 @@
 """Parsing typed numbers the way the CLI does, and marking a field red with its reason.
 
-The reasons come from the CLI's own parsers (``planner.plan_cli``) and stay English, as
+The reasons come from the CLI's own parsers (``planner.cli.plan``) and stay English, as
 the core's error messages do (ui/core_terms.py says why).
 """
 
@@ -11,7 +11,7 @@ import math
 
 from PySide6.QtWidgets import QWidget
 
-from planner.plan_cli import count, positive_number
+from planner.cli.plan import count, positive_number
 from ui.i18n import translate
 
 ERROR_STYLE = 'border: 2px solid #c62828; background: #ffebee;'

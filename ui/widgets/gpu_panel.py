@@ -1,6 +1,6 @@
 """This machine's GPUs, live: one memory bar and a few readings per GPU.
 
-:meth:`GpuPanel.set_inventory` takes a :class:`planner.hw.HardwareInventory` snapshot
+:meth:`GpuPanel.set_inventory` takes a :class:`planner.hardware.local.HardwareInventory` snapshot
 (from :class:`ui.controllers.hardware_controller.HardwareController`, once a second).
 Without an NVIDIA GPU it shows one line saying why, and a button that switches the
 planner to the catalog.
@@ -24,7 +24,7 @@ from ui.core_terms import core_text
 from ui.i18n import translate
 
 if TYPE_CHECKING:
-    from planner.hw import HardwareInventory
+    from planner.hardware.local import HardwareInventory
 
 GIB = 2**30
 
@@ -122,7 +122,7 @@ class GpuPanel(QWidget):
 if __name__ == '__main__':
     from PySide6.QtWidgets import QApplication
 
-    from planner.hw import probe
+    from planner.hardware.local import probe
 
     app = QApplication([])
     w = GpuPanel()

@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
 )
 
 from planner.errors import InputError
-from planner.recipes import OPTIMIZERS, RECIPES
-from planner.step_time import RECOMPUTE_MODES
+from planner.memory.recipes import OPTIMIZERS, RECIPES
+from planner.timing.step_time import RECOMPUTE_MODES
 from ui.core_terms import core_text
 from ui.i18n import translate
 from ui.plan_inputs import PlanInputs
@@ -47,7 +47,7 @@ from ui.widgets.field_check import (
 )
 
 if TYPE_CHECKING:
-    from planner.hw import HardwareInventory
+    from planner.hardware.local import HardwareInventory
 
 # Field tooltips, translated when shown (InputPanel._add_row).
 TIPS = {
@@ -110,28 +110,28 @@ TIPS = {
 
 @lru_cache(maxsize=1)
 def _presets() -> tuple[tuple[str, str], ...]:
-    from planner.presets import load_presets
+    from planner.models.presets import load_presets
 
     return tuple((key, spec.name) for key, spec in load_presets().items())
 
 
 @lru_cache(maxsize=1)
 def _gpus() -> tuple[tuple[str, str], ...]:
-    from planner.catalog import load_gpus
+    from planner.hardware.catalog import load_gpus
 
     return tuple((key, spec.name) for key, spec in load_gpus().items())
 
 
 @lru_cache(maxsize=1)
 def _links() -> tuple[tuple[str, str], ...]:
-    from planner.catalog import load_interconnects
+    from planner.hardware.catalog import load_interconnects
 
     return tuple((key, spec.name) for key, spec in load_interconnects().items())
 
 
 @lru_cache(maxsize=64)
 def _resolve(text: str):
-    from planner.model_source import resolve_model
+    from planner.models.source import resolve_model
 
     return resolve_model(text)
 

@@ -1,0 +1,228 @@
+"""The ``batchfit`` command line.
+
+Bad input never ends in a traceback: every error is one line naming the field and
+what is allowed, and the exit code is 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from planner import __version__
+from planner.cli.gpus import add_gpus_command
+from planner.cli.plan import add_plan_command
+from planner.errors import InputError
+from planner.memory.training import (
+    ATTENTION_KINDS,
+    FRAMEWORKS,
+    LORA_TARGETS,
+    OFFLOAD_MODES,
+    RECOMPUTE_MODES,
+    LoraSpec,
+    TrainingSetup,
+    check_fits_model,
+)
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f'batchfit: error: {message}\n')
+
+
+def positive_int(flag: str) -> Callable[[str], int]:
+    """An argparse type for an integer >= 1 (argparse names the flag when it rejects)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace('_', ''))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f'{text!r} is not a whole number (allowed: an integer >= 1)') from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f'{value} is too small (allowed: >= 1)')
+        return value
+    return parse
+
+
+def fraction(flag: str) -> Callable[[str], float]:
+    """An argparse type for a number in [0, 1)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f'{text!r} is not a number (allowed: 0 <= x < 1)') from None
+        if not 0.0 <= value < 1.0:
+            raise argparse.ArgumentTypeError(f'{value} is out of range (allowed: 0 <= x < 1)')
+        return value
+    return parse
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """--model and --seq-len, shared by estimate and plan."""
+    p.add_argument('--model', required=True,
+                   help='a preset (batchfit models), a size such as 7B, or a config.json path')
+    p.add_argument('--seq-len', type=positive_int('--seq-len'), required=True,
+                   help='tokens per sequence')
+
+
+def add_memory_option_args(p: argparse.ArgumentParser) -> None:
+    """Precision, optimizer, attention and fine-tuning options shared by commands."""
+    from planner.memory.recipes import OPTIMIZERS, RECIPES
+    p.add_argument('--precision', choices=tuple(RECIPES), default='amp-bf16',
+                   help='precision recipe (default amp-bf16: torch.autocast over fp32)')
+    p.add_argument('--optimizer', choices=tuple(OPTIMIZERS), default='adamw')
+    p.add_argument('--attention', choices=ATTENTION_KINDS, default='flash',
+                   help='flash (fused SDPA kernels, no s^2 term) or eager')
+    p.add_argument('--framework', choices=FRAMEWORKS, default='hf',
+                   help='whose kernels decide the saved tensors: hf (PyTorch eager, '
+                        'transformers) or megatron (fused, Korthikanti accounting)')
+    p.add_argument('--loss', choices=('hf', 'megatron'), default='',
+                   help="loss implementation (default: the framework's)")
+    p.add_argument('--no-foreach', dest='foreach', action='store_false',
+                   help="torch.optim's for-loop step (the CPU default) instead of foreach")
+    p.add_argument('--lora-rank', type=positive_int('--lora-rank'),
+                   help='train LoRA adapters of this rank on a frozen base')
+    p.add_argument('--lora-targets', default='q,k,v,o',
+                   help='comma-separated projections: ' + ','.join(LORA_TARGETS))
+    p.add_argument('--qlora', action='store_true', help='4-bit NF4 frozen base (QLoRA)')
+    p.add_argument('--margin', type=fraction('--margin'), default=0.05,
+                   help='fraction of GPU memory kept free (default 0.05)')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = _Parser(prog='batchfit', description='Capacity planner for distributed training.')
+    parser.add_argument('--version', action='version', version=f'batchfit {__version__}')
+    sub = parser.add_subparsers(dest='command', required=True, parser_class=_Parser)
+
+    est = sub.add_parser('estimate', help='per-GPU training memory of one configuration')
+    add_model_args(est)
+    est.add_argument('--micro-batch', type=positive_int('--micro-batch'), required=True,
+                     help='sequences per GPU per forward/backward')
+    est.add_argument('--grad-accum', type=positive_int('--grad-accum'), default=1)
+    est.add_argument('--gpu', help='catalog GPU (batchfit gpus --catalog) to check the fit')
+    est.add_argument('--nodes', type=positive_int('--nodes'), default=1)
+    est.add_argument('--gpus-per-node', type=positive_int('--gpus-per-node'), default=1)
+    for flag in ('--tp', '--pp', '--cp', '--ep', '--vpp'):
+        est.add_argument(flag, type=positive_int(flag), default=1)
+    est.add_argument('--no-sp', dest='sequence_parallel', action='store_false',
+                     help='no sequence parallelism with TP (replicate norms and dropout)')
+    est.add_argument('--zero', type=int, choices=(0, 1, 2, 3), default=0,
+                     help='ZeRO stage (= FSDP no-shard / grad-op / full-shard)')
+    est.add_argument('--offload', choices=OFFLOAD_MODES, default='none')
+    est.add_argument('--recompute', choices=RECOMPUTE_MODES, default='none')
+    add_memory_option_args(est)
+    from planner.cli.calibrate import add_profile_arg  # --profile PATH|auto|none
+    add_profile_arg(est)
+    est.add_argument('--json', action='store_true', help='one JSON document on stdout')
+    est.set_defaults(run=_cmd_estimate)
+    add_plan_command(sub)
+
+    models = sub.add_parser('models', help='list the model presets')
+    models.add_argument('--json', action='store_true')
+    models.set_defaults(run=_cmd_models)
+
+    add_gpus_command(sub)
+    from planner.cli.export import add_export_commands  # plan files: show, export
+    add_export_commands(sub)
+    from planner.cli.calibrate import add_calibrate_command  # measure a GPU or the CPU
+    add_calibrate_command(sub)
+    from planner.cli.paths import add_paths_command  # where settings, data and logs live
+    add_paths_command(sub)
+    return parser
+
+
+def lora_from_args(args: argparse.Namespace) -> LoraSpec | None:
+    """The LoRA settings, or None for full fine-tuning."""
+    if args.lora_rank is None:
+        if args.qlora:
+            raise InputError('--qlora', 'needs --lora-rank')
+        return None
+    targets = tuple(t.strip() for t in args.lora_targets.split(',') if t.strip())
+    return LoraSpec(rank=args.lora_rank, targets=targets, base_bits=4 if args.qlora else 16)
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    from planner.calibrate.apply import use_profile
+    from planner.calibrate.profile import choose_profile
+    from planner.hardware.catalog import find_gpu
+    from planner.memory.peak import estimate
+    from planner.memory.report import estimate_json, estimate_text
+    from planner.models.source import resolve_model
+
+    model = resolve_model(args.model)
+    gpu = find_gpu(args.gpu) if args.gpu else None
+    if args.tp > args.gpus_per_node:
+        raise InputError('--tp', f'{args.tp} exceeds the {args.gpus_per_node} GPUs of a node '
+                         '(TP stays inside a node)', f'at most {args.gpus_per_node}')
+    layout = {'tp': args.tp, 'pp': args.pp, 'vpp': args.vpp, 'cp': args.cp, 'ep': args.ep}
+    # The model's own limits first (heads, layers): they name the flag to change.
+    check_fits_model(TrainingSetup(seq_len=args.seq_len, **layout,
+                                   dp=max(args.ep, 1)), model)
+    world = args.nodes * args.gpus_per_node
+    per_replica = args.tp * args.pp * args.cp
+    if world % per_replica:
+        raise InputError('--gpus-per-node', f'{world} GPUs are not divisible by tp x pp x cp '
+                         f'= {per_replica}', f'a multiple of {per_replica} GPUs')
+    setup = TrainingSetup(
+        seq_len=args.seq_len, micro_batch=args.micro_batch, grad_accum=args.grad_accum,
+        precision=args.precision, optimizer=args.optimizer, zero=args.zero,
+        offload=args.offload, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
+        dp=world // per_replica, sequence_parallel=args.sequence_parallel,
+        recompute=args.recompute, attention=args.attention, framework=args.framework,
+        loss=args.loss, lora=lora_from_args(args), foreach=args.foreach)
+    # A profile of this GPU replaces the default overheads with measured ones.
+    loaded = choose_profile(args.profile, gpu)
+    calibration = None if loaded is None else use_profile(loaded, model=model, gpu=gpu)
+    est = estimate(model, setup, gpu, margin_fraction=args.margin,
+                   overheads=None if calibration is None else calibration.overheads)
+    if args.json:
+        doc = estimate_json(model, setup, est, gpu)
+        doc['calibration'] = None if calibration is None else calibration.summary()
+        print(json.dumps(doc, indent=2))
+    else:
+        print(estimate_text(model, setup, est, gpu))
+        if calibration is not None:
+            print(calibration.line())
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from planner.models.presets import load_presets, preset_info
+
+    presets = load_presets()
+    if args.json:
+        print(json.dumps([{'key': k, 'name': m.name, 'parameters': m.total_params(),
+                           **preset_info(k)} for k, m in presets.items()], indent=2))
+        return 0
+    print(f'{"preset":<24}{"parameters":>16}  {"layers":>6} {"hidden":>7} {"heads":>9}  name')
+    for key, m in presets.items():
+        heads = f'{m.num_heads}/{m.num_kv_heads}'
+        print(f'{key:<24}{m.total_params():>16,}  {m.num_layers:>6} {m.hidden_size:>7} '
+              f'{heads:>9}  {m.name}')
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``batchfit`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except InputError as exc:
+        print(f'batchfit: error: {exc}', file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:  # `batchfit models | head`
+        return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,444 @@
+"""``batchfit plan``: which layout reaches a global batch fastest, and is the batch wise?
+
+Registered by ``planner.cli.main.build_parser`` through :func:`add_plan_command`. The text
+output is a ranked table, the Pareto front, a short explanation of the winner and the
+batch-size/learning-rate guidance; ``--json`` prints one document (docs/cli-plan-json.md).
+
+Exit codes: 0 with a plan, 1 when no layout reaches the batch (the nearest batches
+that do are offered), 2 for bad input (one line naming the flag).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+
+from planner.cli.export import add_save_export_args, save_and_export
+from planner.errors import InputError
+from planner.memory.training import RECOMPUTE_MODES  # the same order as planner.timing.step_time's
+
+if TYPE_CHECKING:
+    from planner.calibrate.apply import CalibrationUse
+    from planner.hardware.devices import GpuSpec
+    from planner.plans.guidance import Guidance
+    from planner.plans.search import Candidate, PlanRequest, SearchResult
+
+EXIT_NO_PLAN = 1
+PLAN_SCHEMA = 'batchfit.plan-result/1'  # plan files are 'batchfit.plan/N'
+PARETO_ROWS = 8
+SECONDS_PER_DAY = 86_400.0
+_SUFFIXES = {'': 1, 'k': 1e3, 'm': 1e6, 'b': 1e9, 'g': 1e9, 't': 1e12}
+_COUNT_RE = re.compile(r'([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)([kmbgt]?)')
+
+
+# ---- argument types ---------------------------------------------------------------------
+
+def count(flag: str, integer: bool = True):
+    """An argparse type for a positive count: ``4096``, ``4_194_304``, ``2e12``, ``300B``.
+
+    Suffixes are decimal (k 1e3, M 1e6, B/G 1e9, T 1e12); an integer count must come
+    out whole.
+    """
+    def parse(text: str) -> float:
+        match = _COUNT_RE.fullmatch(text.replace('_', '').replace(',', '').strip().lower())
+        if not match:
+            raise argparse.ArgumentTypeError(
+                f'{text!r} is not a count (allowed: e.g. 4096, 2e12, 300B, 4M)')
+        value = float(match[1]) * _SUFFIXES[match[2]]
+        if not value > 0 or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f'{text!r} must be positive')
+        if integer:
+            if value != int(value):
+                raise argparse.ArgumentTypeError(f'{text!r} is not a whole number')
+            return int(value)
+        return value
+    return parse
+
+
+def positive_number(flag: str):
+    """An argparse type for a number > 0 (or >= 0 for prices)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and flag != '--price'):
+            raise argparse.ArgumentTypeError(f'{text!r} must be positive')
+        return value
+    return parse
+
+
+def int_list(flag: str, allowed: tuple[int, ...] | None = None):
+    """An argparse type for a comma-separated list of positive integers."""
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(part) for part in text.split(',') if part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f'{text!r} is not a comma-separated list of integers') from None
+        if not values:
+            raise argparse.ArgumentTypeError('is empty')
+        bad = [v for v in values if (allowed is not None and v not in allowed)
+               or (allowed is None and v < 1)]
+        if bad:
+            words = ', '.join(map(str, allowed)) if allowed else 'integers >= 1'
+            raise argparse.ArgumentTypeError(f'{bad} not allowed (allowed: {words})')
+        return values
+    return parse
+
+
+def word_list(flag: str, allowed: tuple[str, ...]):
+    """An argparse type for a comma-separated list of words from ``allowed``."""
+    def parse(text: str) -> tuple[str, ...]:
+        values = tuple(part.strip() for part in text.split(',') if part.strip())
+        bad = [v for v in values if v not in allowed]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(
+                f'{", ".join(bad) or "nothing"} not allowed (allowed: {", ".join(allowed)})')
+        return values
+    return parse
+
+
+# ---- parser -----------------------------------------------------------------------------
+
+def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``batchfit plan`` on the top-level subparsers."""
+    from planner.cli.main import add_memory_option_args, add_model_args, positive_int
+
+    p = sub.add_parser('plan', help='search layouts for a global batch: time, cost, LR guidance',
+                       description='Every (GPUs, TP, PP, CP, DP, micro-batch, accumulation, '
+                                   'ZeRO, recompute) that reaches the global batch exactly and '
+                                   'fits, ranked by time-to-train (docs/time-model.md). With '
+                                   '--lora-rank (and --qlora) it plans LoRA/QLoRA fine-tuning '
+                                   'as PEFT runs it: data parallel with ZeRO 0-3 only.')
+    add_model_args(p)
+    p.add_argument('--gpu', required=True, help='catalog GPU (batchfit gpus --catalog)')
+    p.add_argument('--nodes', type=positive_int('--nodes'), default=1,
+                   help='nodes available (the plan may use fewer)')
+    p.add_argument('--gpus-per-node', type=positive_int('--gpus-per-node'), default=8)
+    p.add_argument('--inter-node', help='network between nodes (default by GPU family: '
+                   'ib-ndr for Hopper, ib-hdr for Ampere, ...)')
+    batch = p.add_mutually_exclusive_group(required=True)
+    batch.add_argument('--global-batch', type=count('--global-batch'),
+                       help='sequences per optimizer step')
+    batch.add_argument('--global-batch-tokens', type=count('--global-batch-tokens'),
+                       help='tokens per optimizer step (4M = 4,000,000)')
+    length = p.add_mutually_exclusive_group(required=True)
+    length.add_argument('--tokens', type=count('--tokens', integer=False),
+                        help='training tokens, e.g. 2T')
+    length.add_argument('--samples', type=count('--samples'), help='sequences in the data set')
+    p.add_argument('--epochs', type=positive_number('--epochs'), default=None,
+                   help='passes over --samples (default 1)')
+    p.add_argument('--zero', type=int_list('--zero', (0, 1, 2, 3)), default=(0, 1, 2, 3),
+                   help='ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)')
+    p.add_argument('--recompute', type=word_list('--recompute', RECOMPUTE_MODES),
+                   default=RECOMPUTE_MODES, help='recompute modes to try (default all)')
+    add_memory_option_args(p)
+    p.add_argument('--base-lr', type=positive_number('--base-lr'),
+                   help='a learning rate known to work at --base-batch')
+    p.add_argument('--base-batch', type=count('--base-batch'),
+                   help='the batch --base-lr was tuned at, in the unit of the target batch '
+                        '(sequences, or tokens with --global-batch-tokens)')
+    p.add_argument('--base-warmup-steps', type=positive_int('--base-warmup-steps'),
+                   help='warmup steps of the reference recipe (kept in tokens)')
+    p.add_argument('--b-noise', type=count('--b-noise', integer=False),
+                   help='measured gradient noise scale (critical batch), in tokens')
+    p.add_argument('--price', type=positive_number('--price'),
+                   help='USD per GPU-hour (default: the catalog price)')
+    p.add_argument('--top', type=positive_int('--top'), default=10, help='rows to show')
+    p.add_argument('--sort', choices=('time', 'cost', 'gpus', 'headroom'), default='time',
+                   help='rank by time-to-train (default), cost, GPUs used or memory headroom')
+    for axis in ('tp', 'pp', 'cp', 'vpp', 'micro-batch'):
+        p.add_argument(f'--max-{axis}', type=positive_int(f'--max-{axis}'),
+                       help=f'largest {axis} to consider')
+    for axis in ('tp', 'pp', 'cp', 'vpp', 'micro-batch', 'gpus'):
+        p.add_argument(f'--{axis}', type=int_list(f'--{axis}'), default=(),
+                       help=f'only these {axis} values (comma-separated)')
+    p.add_argument('--uneven-pipeline', action='store_true',
+                   help='allow PP sizes that do not divide the layers')
+    p.add_argument('--no-sp', dest='sequence_parallel', action='store_false',
+                   help='no sequence parallelism with TP')
+    from planner.cli.calibrate import add_profile_arg
+
+    add_profile_arg(p)
+    add_save_export_args(p)
+    p.add_argument('--json', action='store_true', help='one JSON document on stdout')
+    p.set_defaults(run=run_plan)
+    return p
+
+
+# ---- building the request ---------------------------------------------------------------
+
+def request_from_args(args: argparse.Namespace,
+                      calibration: CalibrationUse | None = None) -> PlanRequest:
+    """The validated :class:`PlanRequest` the arguments describe.
+
+    ``calibration`` (from :func:`calibration_from_args`) supplies measured overheads,
+    efficiencies and step constants.
+
+    Raises:
+        InputError: an unknown model/GPU/network, or an inconsistent combination.
+    """
+    from planner.cli.main import lora_from_args
+    from planner.hardware.catalog import find_gpu, inter_node_link
+    from planner.models.source import resolve_model
+    from planner.plans.search import LayoutLimits, PlanRequest
+    from planner.timing.step_time import StepTimeOptions, TrainingLength
+
+    lora = lora_from_args(args)  # LoRA/QLoRA: PEFT on a frozen base, data parallel only
+    if args.epochs is not None and args.samples is None:
+        raise InputError('--epochs', 'needs --samples')
+    model = resolve_model(args.model)
+    gpu = find_gpu(args.gpu)
+    link = inter_node_link(gpu, args.nodes, args.inter_node)
+    if args.samples is not None:
+        length = TrainingLength(samples=args.samples, epochs=args.epochs or 1.0)
+    else:
+        length = TrainingLength(tokens=args.tokens)
+    limits = LayoutLimits(
+        max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_vpp=args.max_vpp,
+        max_micro_batch=args.max_micro_batch, tp=args.tp, pp=args.pp, cp=args.cp,
+        vpp=args.vpp, micro_batch=args.micro_batch, gpus=args.gpus,
+        uneven_pipeline=args.uneven_pipeline, sequence_parallel=args.sequence_parallel)
+    return PlanRequest(
+        model=model, seq_len=args.seq_len, gpu=gpu, max_nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node, inter_node=link, global_batch=args.global_batch,
+        global_batch_tokens=args.global_batch_tokens, length=length, zero_stages=args.zero,
+        recompute_modes=args.recompute, precision=args.precision, optimizer=args.optimizer,
+        attention=args.attention, framework=args.framework, loss=args.loss,
+        margin_fraction=args.margin, price_per_gpu_hour_usd=args.price, sort_by=args.sort,
+        top_k=args.top, limits=limits, lora=lora,
+        **({} if calibration is None else {
+            'calibration': calibration.efficiency, 'overheads': calibration.overheads,
+            'step_options': calibration.step_options or StepTimeOptions()}))
+
+
+def calibration_from_args(args: argparse.Namespace) -> CalibrationUse | None:
+    """What ``--profile`` (default auto: the newest profile of ``--gpu``) gives the plan.
+
+    Raises:
+        InputError: an unknown GPU or model, or a bad profile file.
+    """
+    from planner.calibrate.apply import use_profile
+    from planner.calibrate.profile import choose_profile
+    from planner.hardware.catalog import find_gpu
+    from planner.models.source import resolve_model
+
+    gpu = find_gpu(args.gpu)
+    loaded = choose_profile(args.profile, gpu)
+    if loaded is None:
+        return None
+    return use_profile(loaded, model=resolve_model(args.model), gpu=gpu,
+                       precision=args.precision, framework=args.framework, step_time=True)
+
+
+def guidance_for(req: PlanRequest, result: SearchResult, args: argparse.Namespace) -> Guidance:
+    """Batch/LR guidance for the winning plan (or the target batch alone)."""
+    from planner.plans.guidance import advise
+    from planner.timing.efficiency import attainable_fraction
+
+    best = result.best
+    batch = best.global_batch if best else max(1, round(result.target_batch_samples))
+    base_batch = args.base_batch
+    if base_batch is not None and args.global_batch_tokens is not None:
+        base_batch = base_batch / req.seq_len  # tokens -> sequences
+    fraction = None
+    if best is not None and req.calibration is None:
+        fraction = attainable_fraction(best.efficiency, req.gpu.family, req.framework)
+    gemm = None
+    if best is not None and result.step is not None:
+        gemm = float(result.step.gemm_flops[result.ranking[0]])
+    return advise(req.model, req.seq_len, batch,
+                  total_tokens=None if req.length is None else req.length.total_tokens(
+                      req.seq_len),
+                  optimizer=req.optimizer, base_lr=args.base_lr, base_batch_samples=base_batch,
+                  b_noise_tokens=args.b_noise, base_warmup_steps=args.base_warmup_steps,
+                  micro_batch=best.micro_batch if best else None,
+                  grad_accum=best.grad_accum if best else None, pp=best.pp if best else 1,
+                  efficiency_fraction=fraction, gemm_flops=gemm,
+                  step_time_s=best.step_time_s if best else None, lora=req.lora is not None)
+
+
+# ---- output -----------------------------------------------------------------------------
+
+def plan_json(req: PlanRequest, result: SearchResult, guidance: Guidance) -> dict[str, Any]:
+    """The ``batchfit plan --json`` document (schema in docs/cli-plan-json.md)."""
+    lr = guidance.learning_rates.recommended if guidance.learning_rates else None
+
+    def row(c: Candidate) -> dict[str, Any]:
+        return {**c.to_dict(), 'layout': c.layout, 'cost': c.cost_usd, 'lr': lr}
+
+    below, above = result.nearest_global_batches
+    return {
+        'schema': PLAN_SCHEMA,
+        'status': result.status,
+        'message': result.message,
+        'nearest_global_batches': {'below': below, 'above': above},
+        'search': {'grid_size': result.grid_size, 'fitting': result.fitting,
+                   'elapsed_s': result.elapsed_s,
+                   'target_batch_samples': result.target_batch_samples},
+        'candidates': [row(c) for c in result.top()],
+        'pareto': [row(c) for c in result.pareto_front()],
+        'guidance': guidance.to_dict(),
+        'request': req.to_dict(),
+    }
+
+
+def _si(value: float, unit: str = '') -> str:
+    """1234567 -> '1.23M'."""
+    if not math.isfinite(value):
+        return '-'
+    for factor, suffix in ((1e12, 'T'), (1e9, 'G'), (1e6, 'M'), (1e3, 'k')):
+        if abs(value) >= factor:
+            return f'{value / factor:.3g}{suffix}{unit}'
+    return f'{value:.3g}{unit}'
+
+
+def _table(candidates: list[Candidate], has_length: bool) -> list[str]:
+    columns = [('#', 7), ('GPUs', 6), ('nodes', 6), ('tp/pp/cp/dp', 14), ('micro×acc', 10),
+               ('ZeRO', 5), ('recompute', 10), ('mem GiB', 8), ('free GiB', 9), ('step s', 8),
+               ('tok/s', 8), ('MFU', 6), ('days', 7), ('GPU-h', 8), ('$', 8)]
+    lines = [''.join(f'{name:>{w}}' if i else f'{name:<{w}}' for i, (name, w) in
+                     enumerate(columns))]
+    for c in candidates:
+        cells = [str(c.rank), str(c.gpus), str(c.nodes), c.layout,
+                 f'{c.micro_batch}×{c.grad_accum}', str(c.zero), c.recompute,
+                 f'{c.memory.total_bytes / 2**30:.1f}', f'{c.memory.headroom_bytes / 2**30:.1f}',
+                 f'{c.step_time_s:.3g}', _si(c.tokens_per_s), f'{c.mfu:.1%}',
+                 f'{c.time_to_train_s / SECONDS_PER_DAY:.1f}' if has_length else '-',
+                 _si(c.gpu_hours) if has_length else '-',
+                 _si(c.cost_usd) if has_length else '-']
+        lines.append(''.join(f'{cell:>{w}}' if i else f'{cell:<{w}}'
+                             for i, (cell, (_, w)) in enumerate(zip(cells, columns, strict=True))))
+    return lines
+
+
+def lora_line(req: PlanRequest) -> str:
+    """One line on the LoRA settings: rank, targets, base bits, trainable parameters."""
+    from planner.plans.request import lora_dict
+
+    d = lora_dict(req.lora, req.model)  # type: ignore[arg-type]
+    base = {4: 'QLoRA: 4-bit NF4 base', 8: 'LLM.int8 base', 16: '16-bit base',
+            32: 'fp32 base'}[d['base_bits']]
+    share = d['trainable_parameters'] / req.model.total_params()
+    return (f'LoRA rank {d["rank"]} on {",".join(d["targets"])} · {base} · '
+            f'{d["trainable_parameters"] / 1e6:,.1f} M trainable parameters ({share:.2%}) · '
+            'data parallel only (TP = PP = CP = 1)')
+
+
+def _why(c: Candidate, gpu: GpuSpec) -> list[str]:
+    """A few sentences on the winning plan."""
+    parts = c.step_breakdown_s
+    labels = {'compute_s': 'GEMMs', 'elementwise_s': 'memory-bound ops', 'bubble_s': 'bubble',
+              'tp_comm_s': 'TP comm', 'cp_comm_s': 'CP comm', 'pp_comm_s': 'PP sends',
+              'dp_comm_s': 'DP/ZeRO comm (exposed)', 'optimizer_s': 'optimizer',
+              'overhead_s': 'overhead'}
+    split = ', '.join(f'{labels[k]} {v / c.step_time_s:.0%}' for k, v in
+                      sorted(parts.items(), key=lambda kv: -kv[1]) if v / c.step_time_s >= 0.005)
+    if c.dequant_s > 0:
+        split += f' (QLoRA dequantization {c.dequant_s / c.step_time_s:.0%} of the step)'
+    pipeline = (f'{c.pp} pipeline stages' + (f' x {c.vpp} virtual' if c.vpp > 1 else '')
+                if c.pp > 1 else 'no pipeline')
+    sharding = {0: 'plain data parallel', 1: 'optimizer states sharded (ZeRO-1)',
+                2: 'gradients and optimizer states sharded (ZeRO-2)',
+                3: 'everything sharded (ZeRO-3/FSDP)'}[c.zero]
+    return [
+        f'Why #{c.rank}: {c.gpus} GPUs on {c.nodes} node(s) of {c.gpus_per_node}: TP {c.tp}'
+        f'{" with sequence parallelism" if c.sequence_parallel else ""}, {pipeline}, CP {c.cp}, '
+        f'DP {c.dp}; each replica runs {c.grad_accum} micro-batch(es) of {c.micro_batch} per '
+        f'step; {sharding}; recompute {c.recompute}.',
+        f'  Step {c.step_time_s:.3g} s: {split}. GEMM efficiency {c.efficiency:.0%} of peak, '
+        f'MFU {c.mfu:.1%} (HFU {c.hfu:.1%}).',
+        f'  Memory {c.memory.total_bytes / 2**30:.1f} GiB of {c.memory.usable_bytes / 2**30:.1f} '
+        f'usable on the {gpu.name} (peak at {c.memory.peak_phase.replace("_", " ")}).',
+    ]
+
+
+def _guidance_lines(g: Guidance) -> list[str]:
+    lines = [f'Guidance for a global batch of {g.global_batch_samples:,} sequences '
+             f'({g.global_batch_tokens / 1e6:,.2f}M tokens):']
+    if g.critical_batch_tokens is not None and g.steps_factor is not None:
+        lines.append(f'  critical batch ~{g.critical_batch_tokens / 1e6:,.2f}M tokens '
+                     f'({g.critical_batch_source}): {g.steps_factor:.2f}x the minimum steps, '
+                     f'{g.data_factor:.2f}x the minimum data to reach a given loss')
+        lines.append('  batch: ' + ', '.join(
+            f'{p.batch_tokens / 1e6:,.3g}M -> steps x{p.relative_steps:.2f}, '
+            f'data x{p.relative_tokens:.2f}' for p in g.batch_table if p.relative_steps != 1))
+    if g.learning_rates is not None:
+        r = g.learning_rates
+        noise = '' if r.noise_scale is None else f', noise-scale {r.noise_scale:.3g}'
+        lines.append(f'  learning rate {r.recommended:.3g} for x{r.ratio:.3g} the reference batch, '
+                     f'by the {r.rule}; linear rule {r.linear:.3g}, square-root rule '
+                     f'{r.square_root:.3g}{noise}')
+    if g.warmup_steps is not None:
+        lines.append(f'  warmup ~{g.warmup_steps:,} steps ({g.warmup_note})')
+    lines.extend(f'  note: {n}' for n in g.notes)
+    lines.extend(f'  WARNING: {w}' for w in g.warnings)
+    return lines
+
+
+def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
+              inter_node_assumed: bool) -> str:
+    """The readable report."""
+    m, gpu = req.model, req.gpu
+    batch = result.target_batch_samples
+    link = ('' if req.inter_node is None else f', {req.inter_node.name} ({req.inter_node.key}'
+            + (', assumed: set --inter-node' if inter_node_assumed else '') + ')')
+    head = [
+        f'{m.name}: {m.total_params() / 1e9:,.2f} B parameters · sequence {req.seq_len} · '
+        f'global batch {batch:,.6g} sequences ({batch * req.seq_len:,.0f} tokens)',
+        f'Cluster: up to {req.max_nodes} x {req.gpus_per_node} {gpu.name}{link}',
+        f'{req.precision} · {req.optimizer} · {req.attention} attention · {req.framework} · '
+        f'margin {req.margin_fraction:.0%} · ${req.price:.2f}/GPU-hour',
+    ]
+    if req.lora is not None:
+        head.append(lora_line(req))
+    if req.length is not None:
+        tokens = req.length.total_tokens(req.seq_len)
+        head.append(f'Training: {_si(tokens)} tokens = {tokens / (batch * req.seq_len):,.0f} '
+                    'steps')
+    head.append(f'Searched {result.grid_size:,} candidates in {result.elapsed_s:.2f} s: '
+                f'{result.fitting:,} fit.')
+    if not result.fitting:
+        return '\n'.join([*head, '', f'No plan: {result.message}.'])
+    has_length = req.length is not None
+    lines = [*head, '', *_table(result.top(), has_length)]
+    front = result.pareto_front()
+    if len(front) > 1:
+        pick = front if len(front) <= PARETO_ROWS else [
+            front[round(i)] for i in
+            [k * (len(front) - 1) / (PARETO_ROWS - 1) for k in range(PARETO_ROWS)]]
+        axis = 'time-to-train vs GPU-hours' if has_length else 'step time vs GPU-seconds'
+        lines += ['', f'Pareto front ({axis}; {len(front)} plans, # = rank):',
+                  *_table(pick, has_length)]
+    lines += ['', *_why(result.best, gpu), '', *_guidance_lines(guidance)]  # type: ignore[arg-type]
+    return '\n'.join(lines)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Entry point of ``batchfit plan``."""
+    from planner.plans.search import search
+
+    calibration = calibration_from_args(args)
+    req = request_from_args(args, calibration)
+    result = search(req)
+    guidance = guidance_for(req, result, args)
+    if args.json:
+        doc = plan_json(req, result, guidance)
+        doc['calibration'] = None if calibration is None else calibration.summary()
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        print(plan_text(req, result, guidance, args.nodes > 1 and not args.inter_node))
+        if calibration is not None:
+            print(calibration.line())
+    if result.status == 'ok':
+        save_and_export(args, req, result)  # --save / --export: the best plan
+    else:
+        if args.json:
+            print(f'batchfit: no plan: {result.message}', file=sys.stderr)
+        return EXIT_NO_PLAN
+    return 0

@@ -1,0 +1,1 @@
+"""Per-GPU training memory: model states, activations, precision recipes, the peak."""

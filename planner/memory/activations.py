@@ -1,0 +1,637 @@
+"""Activation memory: the tensors a training step keeps from forward to backward.
+
+Two implementations are modelled, because which tensors autograd saves depends on
+the code that runs, not on the maths:
+
+* ``megatron``: Megatron-LM / Transformer Engine fused kernels, Korthikanti et al.
+  2022 Table 2 generalised to GQA, gated MLPs and flash attention (DOMAIN.md §5).
+* ``hf``: Hugging Face transformers modules run by PyTorch eager autograd, counted
+  tensor by tensor from what each op saves (RMSNorm's fp32 upcast, autocast's
+  per-op input casts, ``repeat_kv`` in eager attention, SDPA's log-sum-exp, ...).
+  Checked against PyTorch's MemTracker in ``tests/groundtruth``.
+
+Every function takes numpy arrays (or scalars) for the numeric axes and returns
+bytes per GPU, broadcast over them. ``b`` is the micro-batch, ``s`` the full
+sequence length, ``t``/``c`` the tensor/context-parallel sizes, ``sp`` whether
+sequence parallelism shards the replicated parts, ``rc`` the recompute code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from planner.memory.recipes import PrecisionRecipe
+from planner.memory.training import LoraSpec
+from planner.models.spec import ModelSpec
+
+RECOMPUTE_CODES = {'none': 0, 'selective': 1, 'full': 2}
+MASK_BYTES = 1  # dropout masks are bool tensors
+
+
+@dataclass(frozen=True)
+class LayerTerms:
+    """Bytes one layer saves, split by how each part scales under TP/SP/CP.
+
+    All coefficients multiply tokens on this rank (T = b·s/c) unless named:
+    ``hidden`` by T·h and replicated across TP ranks unless SP is on; ``sharded``
+    already includes q, kv and f widths and is divided by t; ``score`` multiplies
+    the attention-score elements b·(a/t)·s·(s/c); ``per_head_token`` multiplies
+    b·(a/t)·(s/c); ``per_token`` multiplies T and is replicated.
+    """
+
+    hidden: float
+    sharded: float
+    score: float
+    per_head_token: float
+    per_token: float
+
+    def minus(self, other: LayerTerms) -> LayerTerms:
+        """The coefficient-wise difference (what ``self`` saves beyond ``other``)."""
+        return LayerTerms(*(getattr(self, k) - getattr(other, k) for k in (
+            'hidden', 'sharded', 'score', 'per_head_token', 'per_token')))
+
+    def bytes(self, b, s, t, c, sp, h, a):
+        """Evaluate for arrays of micro-batch, sequence, TP, CP and SP flags."""
+        tokens = b * s / c
+        hidden_div = np.where(sp & (t > 1), t, 1)
+        return (tokens * (self.hidden * h / hidden_div + self.sharded / t + self.per_token)
+                + self.score * b * (a / t) * s * (s / c)
+                + self.per_head_token * b * (a / t) * (s / c))
+
+
+def _dropout(p: float) -> float:
+    return 1.0 if p > 0 else 0.0
+
+
+def megatron_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
+                         recompute: str) -> LayerTerms:
+    """Korthikanti et al. 2022 Table 2, generalised (DOMAIN.md §5).
+
+    16-bit activations (scaled by the recipe's activation bytes), 1-byte masks.
+    Reproduces sbh(34 + 5as/h) for GPT-3 shapes with dropout.
+    """
+    e = r.act_bytes
+    q, kv = m.q_size, m.kv_size
+    f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
+    hid_mask = _dropout(m.hidden_dropout) * MASK_BYTES
+    if recompute == 'full':
+        return LayerTerms(hidden=e, sharded=0.0, score=0.0, per_head_token=0.0, per_token=0.0)
+    # Replicated outside the TP regions: two norm inputs, QKV and fc1 inputs, two masks.
+    hidden = 4 * e + 2 * hid_mask  # LN1 in, LN2 in, QKV in, fc1 in; two dropout masks
+    sharded = e * (q + kv) + e * kv + e * q  # Q and K, V, out-projection input
+    sharded += e * (3 * f if m.gated_mlp else 2 * f)  # act input(s) and fc2 input
+    score = per_head = 0.0
+    if attention == 'eager' and recompute != 'selective':
+        score = e + _dropout(m.attention_dropout) * (MASK_BYTES + e)  # softmax out, mask, out
+    elif attention == 'flash':
+        per_head = 4.0  # fp32 log-sum-exp kept by the fused kernel
+    return LayerTerms(hidden=hidden, sharded=sharded, score=score, per_head_token=per_head,
+                      per_token=0.0)
+
+
+def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
+                   recompute: str) -> LayerTerms:
+    """What PyTorch autograd saves for one Hugging Face decoder layer.
+
+    Counted op by op (verified against MemTracker in tests/groundtruth):
+    * residual stream: the layer input and the mid-layer residual (fp32 under
+      autocast, since fp32 + bf16 promotes);
+    * RMSNorm upcasts to fp32 and saves the normalised tensor (and the fp32 copy of
+      a bf16 input); LayerNorm's fused kernel saves only per-token statistics;
+    * a linear saves its input; under autocast each linear casts its input anew,
+      so separate q/k/v projections save three bf16 copies;
+    * eager attention saves q, the ``repeat_kv`` copies of k and v (full q width
+      even with GQA), the fp32 softmax output and its bf16 cast; SDPA/flash saves
+      q, k, v, its output and an fp32 log-sum-exp per head and token;
+    * a gated MLP saves gate, act(gate), up and their product; a plain one its
+      fc1 output and act output (five tensors for HF's Python "gelu_new").
+    """
+    res, e = r.residual_bytes, r.act_bytes
+    q, kv = m.q_size, m.kv_size
+    f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
+    if recompute == 'full':
+        # checkpoint() keeps the layer's input; the rest is rebuilt in backward.
+        return LayerTerms(hidden=res, sharded=0.0, score=0.0, per_head_token=0.0,
+                          per_token=0.0)
+    # Two norms: each saves its input (the residual stream) and what it needs for backward.
+    hidden = 2 * norm_saved_bytes(m, r)
+    if r.autocast:
+        hidden += e * (1 if m.fused_qkv else 3)
+        hidden += e * (1 if (m.fused_gate_up or not m.gated_mlp) else 2)
+    else:
+        hidden += 2 * res  # one norm output shared by the projections that read it
+    hidden += 2 * _dropout(m.hidden_dropout) * MASK_BYTES
+    per_token = 2 * (4 if m.norm == 'rmsnorm' else 8)  # fp32 rsqrt, or mean and rstd
+
+    rope = m.position_embedding == 'rotary'
+    if attention == 'eager':
+        if m.fused_qkv and not rope:
+            qkv = e * (q + 2 * kv) + (2 * e * (q - kv) if kv < q else 0)
+        else:
+            qkv = 3 * e * q
+        sharded = qkv + e * q  # + the contiguous input of o_proj
+    else:
+        # q, k, v and the kernel's output, which is laid out (b, s, heads, d) already and
+        # so is o_proj's input without a copy.
+        sharded = e * (q + 2 * kv) + e * q
+    if m.gated_mlp:
+        sharded += 4 * e * f
+    elif m.python_gelu:
+        # 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) saves x, tanh, 0.5·x, 1 + tanh and the
+        # fc2 input. pow runs in fp32 under CUDA autocast, which makes x³'s input, tanh
+        # and 1 + tanh fp32 there.
+        sharded += ((12 + 2 * e) if r.autocast else 5 * e) * f
+    else:
+        sharded += 2 * e * f
+    score = per_head = 0.0
+    if attention == 'eager' and recompute != 'selective':
+        # The fp32 softmax output, and what the AV matmul reads: its cast back to the
+        # compute dtype, or dropout's output (with a 1-byte mask) when dropout is on.
+        drop = _dropout(m.attention_dropout)
+        softmax = 4 if (m.softmax_fp32 or r.autocast) else e  # autocast runs it in fp32
+        score = softmax + (e if (e != softmax or drop) else 0) + drop * MASK_BYTES
+    elif attention == 'flash':
+        per_head = 4.0
+    return LayerTerms(hidden=hidden, sharded=sharded, score=score, per_head_token=per_head,
+                      per_token=per_token)
+
+
+def norm_saved_bytes(m: ModelSpec, r: PrecisionRecipe) -> float:
+    """Bytes per token·hidden one norm keeps for backward, its input included.
+
+    LayerNorm's kernel keeps its input (plus per-token statistics). HF RMSNorm keeps
+    the fp32 view of its input (the input itself when fp32, else an upcast copy) and
+    the normalised tensor in the input dtype.
+    """
+    if m.norm == 'layernorm':
+        return float(r.residual_bytes)
+    return 4.0 + r.residual_bytes
+
+
+def layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str, recompute: str,
+                framework: str, lora: LoraSpec | None = None) -> LayerTerms:
+    """Per-layer saved bytes for the chosen framework (Hugging Face + PEFT under LoRA)."""
+    if framework == 'megatron':
+        return megatron_layer_terms(m, r, attention, recompute)
+    if lora is not None:
+        return hf_lora_layer_terms(m, r, lora, attention, recompute)
+    return hf_layer_terms(m, r, attention, recompute)
+
+
+# ---- LoRA (PEFT) on a frozen Hugging Face model -------------------------------------------
+
+class _LoraLayer(NamedTuple):
+    saved: LayerTerms  # what one layer saves
+    base_casts: float  # frozen weight elements whose input requires grad
+    at_scores: LayerTerms | None  # eager: saved when the scores are made
+
+
+class _Saved:
+    """Tensors saved for backward, each counted once however many ops save it."""
+
+    def __init__(self) -> None:
+        self.terms: dict[str, tuple[str, float]] = {}
+
+    def add(self, key: str, bucket: str, coef: float) -> None:
+        self.terms.setdefault(key, (bucket, coef))
+
+    def layer_terms(self) -> LayerTerms:
+        total = dict.fromkeys(('hidden', 'sharded', 'score', 'per_head_token', 'per_token'),
+                              0.0)
+        for bucket, coef in self.terms.values():
+            total[bucket] += coef
+        return LayerTerms(**total)
+
+
+def lora_adapter_input_bytes(r: PrecisionRecipe) -> float:
+    """Bytes per element that an adapted projection's ``lora_A`` saves of its input.
+
+    PEFT's ``lora.Linear`` casts its input to the adapters' fp32 (``_cast_input_dtype``,
+    a copy unless it is fp32 already); under autocast ``lora_A``'s linear then casts that
+    to bf16 (a new tensor each time), so every adapted projection saves its own 2-byte
+    copy. Without autocast it saves the fp32 input itself (shared with whatever else saves
+    it) or its own fp32 copy. The QLoRA layer (``lora.bnb.Linear4bit``) skips PEFT's cast
+    under autocast, so a bf16 input is saved as is, shared (:func:`_adapter_input_shared`).
+    Returns the size of the saved tensor, whoever else holds it.
+    """
+    return 2.0 if r.autocast else 4.0
+
+
+def _adapter_input_shared(r: PrecisionRecipe, lora: LoraSpec, x_bytes: float) -> bool:
+    """Whether ``lora_A`` saves its input tensor itself rather than a copy of it."""
+    if r.autocast:
+        return lora.quantized and x_bytes == 2
+    return x_bytes == 4
+
+
+def hf_lora_layer_terms(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: str,
+                        recompute: str, input_grad: bool = True) -> LayerTerms:
+    """What autograd saves for one Hugging Face decoder layer with PEFT LoRA adapters.
+
+    See :func:`_hf_lora_layer`.
+    """
+    return _hf_lora_layer(m, r, lora, attention, recompute, input_grad).saved
+
+
+def lora_saved_base_casts(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: str,
+                          input_grad: bool = True) -> float:
+    """Elements of one layer's frozen base weights whose autocast copy is saved.
+
+    A frozen fp32 weight under autocast is cast to bf16 at every use; the linear saves
+    that copy (for its input's gradient) only when its input requires grad. Not cached.
+    """
+    return _hf_lora_layer(m, r, lora, attention, 'none', input_grad).base_casts
+
+
+def lora_scores_moment(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec) -> LayerTerms:
+    """Eager attention's scores moment under LoRA, relative to the layer's saved bytes.
+
+    What the layer has saved when its scores are computed, less all it saves, plus its
+    input and the norm output where those are not saved themselves; the scores'
+    temporaries come on top (``memory._forward_attention_temp``).
+    """
+    layer = _hf_lora_layer(m, r, lora, 'eager', 'none')
+    fd = lora.frozen_bytes(r.act_bytes)
+    y1 = (4.0 if r.autocast else fd) if m.norm == 'layernorm' else fd
+    alive = 0.0 if lora_norm_saves_input(m, r, lora) else fd
+    qkv = ('qkv',) if m.fused_qkv else ('q', 'k', 'v')
+    adapted = lora.adapted(m)
+    if not (any(p in adapted for p in qkv) and _adapter_input_shared(r, lora, y1)):
+        alive += y1
+    before = layer.at_scores.minus(layer.saved)
+    return LayerTerms(before.hidden + alive, before.sharded, before.score,
+                      before.per_head_token, before.per_token)
+
+
+def _hf_lora_layer(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: str,
+                   recompute: str, input_grad: bool = True) -> _LoraLayer:
+    """What autograd saves for one Hugging Face decoder layer with PEFT LoRA adapters.
+
+    The base is frozen, so autograd saves a projection's input only where an adapter
+    reads it (``lora_A``'s weight requires grad), and an op saves an operand only when
+    the other one requires grad (checked against MemTracker in tests/groundtruth):
+
+    * the residual stream is in the base's dtype (:meth:`LoraSpec.frozen_bytes`), since
+      the frozen embedding is; RMSNorm with a frozen weight keeps only its fp32 input (a
+      copy of a bf16 one) and the per-token rsqrt, not the normalised tensor;
+    * an adapted projection saves its input as :func:`lora_adapter_input_bytes` says
+      (one copy per adapted consumer under autocast; shared in fp32), and ``lora_A``'s
+      r-wide output; a frozen one saves nothing (its weight is a parameter already);
+    * attention saves what it does in full fine-tuning (its inputs require grad through
+      the residual stream); ``o_proj``'s input is SDPA's saved output, so adapting ``o``
+      costs nothing more there in fp32, while eager attention's contiguous copy is kept
+      only for an adapted ``o``;
+    * a gated MLP keeps gate, act(gate) and up (silu and the product need them), the
+      product only for an adapted ``down``; a plain MLP its activation's saved tensors,
+      the activation output only for an adapted second projection.
+
+    ``input_grad=False`` is the bottom layer when the embedding output does not require
+    grad (no ``enable_input_require_grads``, which PEFT and TRL call for gradient
+    checkpointing only): nothing before the first adapter is recorded.
+
+    Returns the saved bytes, the elements of frozen projection weights whose input
+    requires grad (whose autocast copy a linear saves, when the base is fp32), and for
+    eager attention what is saved when the scores are computed.
+    """
+    fd = lora.frozen_bytes(r.act_bytes)
+    ac = r.autocast
+    ec = r.act_bytes if ac else fd  # what matmuls and the ops between them produce
+    q, kv = m.q_size, m.kv_size
+    f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
+    if recompute == 'full':
+        # checkpoint() keeps the layer's input; the rest is rebuilt in backward.
+        return _LoraLayer(LayerTerms(hidden=fd, sharded=0.0, score=0.0, per_head_token=0.0,
+                                     per_token=0.0), 0.0, None)
+    adapted = lora.adapted(m)
+    saved = _Saved()
+    h = m.hidden_size
+    fans = {'q': (h, q), 'k': (h, kv), 'v': (h, kv), 'qkv': (h, q + 2 * kv), 'o': (q, h),
+            'gate': (h, f), 'up': (h, f), 'gate_up': (h, 2 * f), 'down': (f, h)}
+    casts = [0.0]
+    hid_drop = _dropout(m.hidden_dropout)
+
+    def norm(name: str, rg: bool) -> float:
+        """Save what a frozen norm keeps; return its output's bytes per element."""
+        if m.norm == 'layernorm':
+            # native_layer_norm keeps its input (cast to fp32 under CUDA autocast's fp32
+            # policy) and fp32 mean and rstd; its output is fp32 under autocast.
+            if rg:
+                saved.add(f'{name}.in', 'hidden', 4.0 if ac else fd)
+                saved.add(f'{name}.stats', 'per_token', 8.0)
+            return 4.0 if ac else fd
+        if rg:
+            saved.add(f'{name}.in32', 'hidden', 4.0)  # the fp32 view of the input
+            saved.add(f'{name}.rstd', 'per_token', 4.0)
+        return fd
+
+    def project(name: str, x: str, x_bytes: float, bucket: str, width: float,
+                rg_x: bool) -> bool:
+        """A frozen projection, adapted or not; returns whether its output requires grad."""
+        if rg_x:
+            casts[0] += fans[name][0] * fans[name][1]
+        if name not in adapted:
+            return rg_x
+        size = lora_adapter_input_bytes(r)
+        key = x if _adapter_input_shared(r, lora, x_bytes) else f'{name}.lora_in'
+        saved.add(key, bucket, size * width)
+        saved.add(f'{name}.lora_mid', 'per_token', (2.0 if ac else 4.0) * lora.rank)
+        return True
+
+    # Attention block.
+    rg_x = input_grad
+    y1 = norm('norm1', rg_x)
+    if m.fused_qkv:
+        rg_q = rg_k = rg_v = project('qkv', 'norm1.out', y1, 'hidden', 1.0, rg_x)
+    else:
+        rg_q, rg_k, rg_v = (project(p, 'norm1.out', y1, 'hidden', 1.0, rg_x)
+                            for p in ('q', 'k', 'v'))
+    rg_any = rg_q or rg_k or rg_v
+    rope = m.position_embedding == 'rotary'
+    per_head = 0.0
+    at_scores = None
+    if attention != 'eager':
+        # q, k, v and the kernel's output (o_proj's input, no copy), the log-sum-exp.
+        if rg_any:
+            saved.add('q', 'sharded', ec * q)
+            saved.add('k', 'sharded', ec * kv)
+            saved.add('v', 'sharded', ec * kv)
+            saved.add('attn.out', 'sharded', ec * q)
+            per_head = 4.0 if attention == 'flash' else 0.0
+        rg_out = rg_any
+    else:
+        rg_s = rg_q or rg_k  # the scores
+        if m.fused_qkv and not rope:
+            # q, k, v are views of one output: any of them saved keeps it all.
+            if rg_any:
+                saved.add('qkv', 'sharded', ec * (q + 2 * kv)
+                          + (2 * ec * (q - kv) if kv < q else 0))
+        else:
+            if rg_k:
+                saved.add('q', 'sharded', ec * q)  # for k's gradient
+            if rg_q:
+                saved.add('k_rep', 'sharded', ec * q)  # repeat_kv's full-width copy
+            if rg_s:
+                saved.add('v_rep', 'sharded', ec * q)
+        at_scores = saved.layer_terms()
+        drop = _dropout(m.attention_dropout)
+        softmax = 4 if (m.softmax_fp32 or ac) else ec
+        if recompute != 'selective':
+            if rg_s:
+                saved.add('softmax', 'score', softmax)  # softmax saves its output
+                saved.add('drop_mask', 'score', drop * MASK_BYTES)
+            if rg_v:
+                # what the AV matmul reads: the softmax output itself, or its cast (or
+                # dropout's output)
+                if ec != softmax or drop:
+                    saved.add('probs', 'score', ec)
+                else:
+                    saved.add('softmax', 'score', softmax)
+        rg_out = rg_s or rg_v
+    rg_o = project('o', 'attn.out', ec, 'sharded', q, rg_out)
+    if rg_o and hid_drop:
+        saved.add('attn.drop', 'hidden', MASK_BYTES)
+
+    # MLP block.
+    rg_h = rg_x or rg_o
+    y2 = norm('norm2', rg_h)
+    if m.gated_mlp:
+        if m.fused_gate_up:
+            rg_g = rg_u = project('gate_up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
+        else:
+            rg_g = project('gate', 'norm2.out', y2, 'hidden', 1.0, rg_h)
+            rg_u = project('up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
+        if rg_g:
+            saved.add('gate', 'sharded', ec * f)  # the activation's input
+            saved.add('up', 'sharded', ec * f)  # for act(gate)'s gradient
+        if rg_u:
+            saved.add('act', 'sharded', ec * f)  # for up's gradient
+        rg_p, p_bytes = rg_g or rg_u, ec
+    else:
+        rg_p = project('up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
+        if rg_p:
+            if m.python_gelu:
+                # x, tanh, 0.5·x, 1 + tanh (x³'s input, tanh and 1 + tanh in fp32 under
+                # CUDA autocast, which runs pow in fp32)
+                saved.add('gelu', 'sharded', ((12 + ec) if ac else 4 * ec) * f)
+            else:
+                saved.add('fc1.out', 'sharded', ec * f)
+        p_bytes = 4.0 if (m.python_gelu and ac) else ec
+    rg_mlp = project('down', 'mlp.act', p_bytes, 'sharded', f, rg_p)
+    if rg_mlp and hid_drop:
+        saved.add('mlp.drop', 'hidden', MASK_BYTES)
+    terms = saved.layer_terms()
+    return _LoraLayer(LayerTerms(hidden=terms.hidden, sharded=terms.sharded,
+                                 score=terms.score, per_head_token=per_head,
+                                 per_token=terms.per_token), casts[0], at_scores)
+
+
+def lora_forward_temps(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec,
+                       recompute: bool = False) -> list[tuple[LayerTerms, float]]:
+    """A layer's widest forward moments under LoRA, beyond its saved tensors.
+
+    Each candidate is what is alive at one point of the MLP less what the layer saves
+    after it: at the last adapted input projection (up, else gate), its base output, the
+    adapter's output and the scaled one or their sum (fp32 without autocast: the
+    adapters' dtype); at the output projection, its input (saved or not) and PEFT's
+    fp32 copy of it (a bf16 copy of that copy is what an autocast ``lora_A`` saves),
+    with the three h-wide outputs. The layer's input, the mid-layer residual and the
+    MLP's input (the norm output) are alive throughout without being saved.
+
+    ``recompute``: the layer re-running in backward under full recompute. Its input is
+    the checkpoint's (counted already); the recomputation starts at the first backward
+    node that unpacks a saved tensor (an adapted output projection's ``lora_B``, else
+    the frozen projection itself, whose weight is packed too; bitsandbytes' 4-bit
+    matmul packs nothing, so there the product's gradient exists first) with the
+    gradients made so far alive, and stops once the last saved tensor exists, before the
+    adapter's outputs.
+
+    Each comes with the bytes of a weight-sized transient (a 4-bit base's dequantized
+    weight, :func:`lora_dequant_bytes`), before tensor parallelism.
+    """
+    fd = lora.frozen_bytes(r.act_bytes)
+    ac = r.autocast
+    ec = r.act_bytes if ac else fd
+    lo = ec if ac else 4.0  # an adapter's output: fp32 without autocast
+    f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
+    adapted = lora.adapted(m)
+    down = 'down' in adapted
+    y2 = (4.0 if ac else fd) if m.norm == 'layernorm' else fd
+    p_bytes = 4.0 if (m.python_gelu and ac and not m.gated_mlp) else ec
+    peft_copy = (not lora.quantized or not ac)  # PEFT casts the input to fp32
+    first = [n for n in ('up', 'gate_up', 'gate') if n in adapted]
+    # The mid-layer residual and the norm output, where not saved themselves (a norm
+    # saving its fp32 input saves the residual; an adapter may save the norm output).
+    residual_saved = lora_norm_saves_input(m, r, lora)
+    common = (0.0 if residual_saved else fd)
+    common += 0.0 if (first and _adapter_input_shared(r, lora, y2)) else y2
+    grad_f = 0.0
+    if recompute:
+        # the output's gradient (and its cast to the MLP output's dtype); an adapted
+        # down's scaled-output gradient and, when the adapter's dtype differs, the base
+        # output's; a 4-bit frozen down's input gradient
+        common += fd + (ec if fd != ec else 0.0)
+        common += (lo + (ec if lo != ec else 0.0)) if down else 0.0
+        grad_f = ec if (lora.quantized and not down) else 0.0
+    elif not residual_saved:
+        common += fd  # the layer's input, held by the caller
+
+    down_saved = lora_adapter_input_bytes(r) if down else 0.0
+    moments = []
+    if first:
+        outputs = ec + 2 * lo  # base output, adapter output and its scaled copy
+        if lora.quantized:
+            outputs = max(outputs, 2 * ec)  # PEFT's clone of the base output
+        copy = 4.0 if (peft_copy and ac and y2 != 4) else 0.0  # PEFT's fp32 copy, transient
+        later = ec + down_saved  # the projection's own output, the product's saved copy
+        if first[0] == 'gate':
+            later += 2 * ec  # act(gate) and up come after
+        moments.append(LayerTerms(hidden=common + copy,
+                                  sharded=(outputs - later + grad_f) * f,
+                                  score=0.0, per_head_token=0.0, per_token=0.0))
+    if down:
+        shared = _adapter_input_shared(r, lora, p_bytes)
+        wide = (0.0 if shared else p_bytes) + (4.0 if (peft_copy and ac and p_bytes != 4)
+                                               else 0.0)
+        outputs = ec if recompute else ec + 2 * lo
+    else:
+        wide, outputs = p_bytes, (0.0 if recompute else ec)
+    moments.append(LayerTerms(hidden=common + outputs, sharded=(wide + grad_f) * f,
+                              score=0.0, per_head_token=0.0, per_token=0.0))
+    moments = [(moment, 0.0) for moment in moments]
+    if lora.quantized:
+        # bitsandbytes' matmuls dequantize the weight beside the base output: at the
+        # input projection (up) and at the output projection, whose input is alive
+        # (a copy of it not made yet)
+        deq = lora_dequant_bytes(m, r, lora)
+        moments.append((LayerTerms(hidden=common, sharded=(grad_f - down_saved) * f,
+                                   score=0.0, per_head_token=0.0, per_token=0.0), deq))
+        if down or not recompute:
+            pending = (0.0 if _adapter_input_shared(r, lora, p_bytes)
+                       else p_bytes - down_saved) if down else p_bytes
+            moments.append((LayerTerms(hidden=common + ec, sharded=(pending + grad_f) * f,
+                                       score=0.0, per_head_token=0.0, per_token=0.0), deq))
+    return moments
+
+
+def lora_dequant_bytes(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec) -> float:
+    """A 4-bit base's widest dequantized weight (and its fp32 absmax), made per use.
+
+    bitsandbytes dequantizes to the dtype the weight was quantized from (the base's)
+    for the forward matmul and again for the input's gradient; 0 for an unquantized base.
+    """
+    if not lora.quantized:
+        return 0.0
+    h, q, kv = m.hidden_size, m.q_size, m.kv_size
+    f = m.moe.expert_ffn_size if m.moe else m.ffn_size
+    widest = max(h * f, h * q, h * (q + 2 * kv) if m.fused_qkv else 0)
+    return widest * (lora.frozen_bytes(r.act_bytes) + 4 / 64)
+
+
+def lora_norm_saves_input(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec) -> bool:
+    """Whether a frozen norm saves its input tensor itself (not a copy of it).
+
+    Then under full recompute the recomputed layer's first norm saves the checkpoint's
+    input, which is counted once.
+    """
+    fd = lora.frozen_bytes(r.act_bytes)
+    if m.norm == 'layernorm':
+        return not r.autocast or fd == 4
+    return fd == 4
+
+
+def lora_first_layer_delta(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: str,
+                           recompute: str) -> LayerTerms:
+    """What the first stage saves less when the embedding output does not require grad.
+
+    Without gradient checkpointing nothing calls ``enable_input_require_grads``, so the
+    bottom layer records nothing before its first adapter (its first norm, for one) and
+    the embedding dropout keeps no mask. With checkpointing PEFT and TRL call it (the
+    checkpointed layers need an input that requires grad), and every layer is alike.
+    """
+    if recompute == 'full':
+        return LayerTerms(0.0, 0.0, 0.0, 0.0, 0.0)
+    delta = hf_lora_layer_terms(m, r, lora, attention, recompute, input_grad=False).minus(
+        hf_lora_layer_terms(m, r, lora, attention, recompute))
+    mask = _dropout(m.hidden_dropout) * MASK_BYTES
+    return LayerTerms(delta.hidden - mask, delta.sharded, delta.score, delta.per_head_token,
+                      delta.per_token)
+
+
+@dataclass(frozen=True)
+class EdgeBytes:
+    """Activations outside the layers, per micro-batch, on the first and last stage.
+
+    Attributes:
+        first_stage: input ids, embedding dropout mask, rotary tables.
+        last_stage_saved: final norm tensors and the saved loss input, kept from the
+            end of forward to the start of backward.
+        loss_forward_peak: extra bytes live while the loss is computed.
+        loss_backward_peak: extra bytes live while the loss's backward runs.
+        norm_backward_peak: LoRA only: bytes live at the final norm's backward beyond
+            the layers' activations.
+    """
+
+    first_stage: np.ndarray
+    last_stage_saved: np.ndarray
+    loss_forward_peak: np.ndarray
+    loss_backward_peak: np.ndarray
+    # Under LoRA: what the final norm's backward holds beside the layers' activations
+    # (its saved tensors and its temporaries); 0 where not modelled as a moment of its own.
+    norm_backward_peak: np.ndarray = field(default_factory=lambda: np.zeros(()))
+
+
+def edge_bytes(m: ModelSpec, r: PrecisionRecipe, loss: str, b, s, t, c, sp,
+               lora: LoraSpec | None = None) -> EdgeBytes:
+    """Embedding-side and loss-side activations (DOMAIN.md §5, logits and CE).
+
+    Under LoRA the head is frozen, so its input is not saved, and the final norm keeps
+    only what a frozen norm keeps (see :func:`hf_lora_layer_terms`).
+    """
+    tokens = b * s / c
+    h, v = m.hidden_size, m.vocab_size
+    res, e = r.residual_bytes, r.act_bytes
+    if lora is not None:
+        res = lora.frozen_bytes(r.act_bytes)
+        e = r.act_bytes if r.autocast else res
+    hidden_div = np.where(sp & (t > 1), t, 1)
+    first = 8.0 * tokens  # int64 input ids
+    first = first + _dropout(m.hidden_dropout) * MASK_BYTES * tokens * h / hidden_div
+    if m.position_embedding == 'rotary':
+        # cos and sin tables, one per position, broadcast over the batch
+        first = first + 2 * s / c * m.head_dim * res
+    norm_bwd = 0.0
+    if lora is None:
+        final_norm = tokens * h / hidden_div * norm_saved_bytes(m, r)
+        head_input = tokens * h / hidden_div * (e if r.autocast else res)
+    else:
+        layernorm = m.norm == 'layernorm'
+        per_elem = (4.0 if r.autocast else res) if layernorm else 4.0
+        final_norm = tokens * h / hidden_div * per_elem + tokens * (8.0 if layernorm else 4.0)
+        head_input = 0.0
+        # The final norm's backward, once the loss and the head are done: HF RMSNorm's
+        # Python ops differentiate in fp32, five input-sized temporaries at their widest;
+        # LayerNorm's kernel writes the input's gradient (fp32 under autocast) and its cast.
+        temps = (4.0 + res if r.autocast else 2 * res) if layernorm else 20.0
+        norm_bwd = final_norm + temps * tokens * h / hidden_div
+    labels = 3 * 8.0 * tokens  # int64 labels, and the shifted copy the loss keeps
+    if loss == 'megatron':
+        # Vocab-parallel CE keeps fp32 logits (softmax written in place) per TP shard.
+        saved = final_norm + head_input + labels + 4.0 * tokens * v / t
+        fwd_peak = e * tokens * v / t
+        bwd_peak = e * tokens * v / t
+    else:
+        # HF: logits in the compute dtype, .float(), log_softmax saved (fp32).
+        saved = final_norm + head_input + labels + 4.0 * tokens * v / t
+        logits = e * tokens * v / t
+        upcast = 4.0 * tokens * v / t if e != 4 else 0.0
+        fwd_peak = logits + upcast
+        # nll grad + log_softmax grad (fp32) while the saved output is still live
+        bwd_peak = 8.0 * tokens * v / t
+    return EdgeBytes(first_stage=np.asarray(first, float),
+                     last_stage_saved=np.asarray(saved, float),
+                     loss_forward_peak=np.asarray(fwd_peak, float),
+                     loss_backward_peak=np.asarray(bwd_peak, float),
+                     norm_backward_peak=np.asarray(norm_bwd, float))

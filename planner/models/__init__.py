@@ -1,0 +1,1 @@
+"""Models: the transformer shape, config.json readers, presets, the size rule, counts."""

@@ -1,0 +1,1 @@
+"""Plan files: versioned JSON of one chosen plan, typed reads and schema migrations."""

@@ -1,0 +1,1 @@
+"""Plan search: the request, the vectorised search over layouts, its result, guidance and sweeps."""

@@ -1,0 +1,312 @@
+"""What a plan search is asked: the model, the cluster, the target batch and the limits.
+
+:class:`PlanRequest` is the one frozen, validated input of :func:`planner.plans.search.search`
+(STYLE.md §1.5: one documented "plan inputs" object whose fields carry units).
+:class:`LayoutLimits` constrains the layouts the search may propose.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from planner.errors import InputError
+from planner.hardware.devices import GpuSpec, LinkSpec
+from planner.memory.peak import ConfigArrays, MemoryOptions, Overheads
+from planner.memory.recipes import OPTIMIZERS, RECIPES
+from planner.memory.training import ATTENTION_KINDS, FRAMEWORKS, LoraSpec
+from planner.models.spec import ModelSpec
+from planner.timing.efficiency import CalibrationProfile
+from planner.timing.step_time import (
+    RECOMPUTE_MODES,
+    LayoutArrays,
+    StepTimeArrays,
+    StepTimeOptions,
+    TrainingLength,
+    step_time_arrays,
+)
+
+SORT_KEYS: tuple[str, ...] = ('time', 'cost', 'gpus', 'headroom')
+
+
+@dataclass(frozen=True)
+class LayoutLimits:
+    """Constraints on the layouts the search may propose.
+
+    Empty tuples allow every valid value; ``max_*`` of None means no extra cap.
+
+    Attributes:
+        max_tp: largest tensor-parallel size (always <= GPUs per node).
+        max_pp: largest pipeline size.
+        max_cp: largest context-parallel size.
+        max_vpp: largest number of virtual stages per pipeline rank.
+        max_micro_batch: largest micro-batch.
+        tp: only these TP sizes.
+        pp: only these PP sizes.
+        cp: only these CP sizes.
+        vpp: only these virtual-stage counts.
+        micro_batch: only these micro-batches.
+        gpus: only these GPU counts.
+        min_tokens_per_cp_rank: CP only while each rank keeps at least this many tokens
+            of a sequence (below ~1k tokens the ring steps are latency-bound and the
+            attention blocks too small; the model does not capture that, so it is ruled
+            out here).
+        uneven_pipeline: allow PP sizes that do not divide the layers (the first stages
+            take one layer more; Megatron's ``--decoder-first-pipeline-num-layers``).
+        sequence_parallel: use sequence parallelism with TP (Megatron's default).
+    """
+
+    max_tp: int | None = None
+    max_pp: int | None = None
+    max_cp: int | None = None
+    max_vpp: int | None = None
+    max_micro_batch: int | None = None
+    tp: tuple[int, ...] = ()
+    pp: tuple[int, ...] = ()
+    cp: tuple[int, ...] = ()
+    vpp: tuple[int, ...] = ()
+    micro_batch: tuple[int, ...] = ()
+    gpus: tuple[int, ...] = ()
+    min_tokens_per_cp_rank: int = 1024
+    uneven_pipeline: bool = False
+    sequence_parallel: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ('max_tp', 'max_pp', 'max_cp', 'max_vpp', 'max_micro_batch'):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise InputError(_flag(name), f'must be a positive integer, got {value!r}')
+        for name in ('tp', 'pp', 'cp', 'vpp', 'micro_batch', 'gpus'):
+            values = getattr(self, name)
+            if any(not isinstance(x, (int, np.integer)) or x < 1 for x in values):
+                raise InputError(_flag(name), f'must be positive integers, got {values!r}')
+
+    def allowed(self, name: str, values: np.ndarray) -> np.ndarray:
+        """``values`` filtered by the cap and the allow-list of axis ``name``."""
+        cap = getattr(self, f'max_{name}', None)
+        if cap is not None:
+            values = values[values <= cap]
+        only = getattr(self, name)
+        if only:
+            values = values[np.isin(values, np.asarray(only))]
+        return values
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, without the defaults."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if value != getattr(_DEFAULT_LIMITS_VALUES, name):
+                out[name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+_DEFAULT_LIMITS_VALUES = LayoutLimits()
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything a plan search needs, validated, with units in the names.
+
+    Give the target global batch as ``global_batch`` (sequences) or
+    ``global_batch_tokens`` (tokens; must be a multiple of ``seq_len`` to factorise).
+
+    Attributes:
+        model: the transformer to train.
+        seq_len: tokens per sequence.
+        gpu: the accelerator (memory capacity, peaks, NVLink, price).
+        max_nodes: nodes available; the search may use fewer.
+        gpus_per_node: GPUs in each node; the search may use fewer.
+        inter_node: network between nodes (needed when more than one node is used).
+        global_batch: target sequences per optimizer step.
+        global_batch_tokens: target tokens per optimizer step, instead.
+        length: training data (tokens, or samples x epochs); None ranks by step time.
+        zero_stages: ZeRO stages to consider.
+        recompute_modes: activation-recompute modes to consider.
+        precision: ``RECIPES`` key.
+        optimizer: ``OPTIMIZERS`` key.
+        attention: ``flash`` or ``eager``.
+        framework: ``hf`` or ``megatron`` (whose kernels decide saved tensors).
+        loss: ``hf``, ``megatron`` or '' for the framework's own.
+        margin_fraction: fraction of GPU memory kept free.
+        price_per_gpu_hour_usd: None for the catalog price of ``gpu``.
+        sort_by: ``time`` (time-to-train), ``cost``, ``gpus`` or ``headroom``.
+        top_k: candidates to report.
+        limits: layout constraints.
+        step_options: constants of the step-time model.
+        calibration: measured efficiency profile replacing the default curve.
+        overheads: memory overheads (None: the estimator's defaults).
+        lora: train LoRA adapters on a frozen base (QLoRA: ``base_bits`` 4) instead of
+            every weight; None for full training. LoRA runs as PEFT does (HF Trainer,
+            accelerate, DeepSpeed, FSDP, LLaMA-Factory): data parallel with ZeRO 0-3
+            only, so the search keeps TP = PP = CP = 1 and needs ``framework='hf'``.
+    """
+
+    model: ModelSpec
+    seq_len: int
+    gpu: GpuSpec
+    max_nodes: int = 1
+    gpus_per_node: int = 8
+    inter_node: LinkSpec | None = None
+    global_batch: int | None = None
+    global_batch_tokens: int | None = None
+    length: TrainingLength | None = None
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
+    precision: str = 'amp-bf16'
+    optimizer: str = 'adamw'
+    attention: str = 'flash'
+    framework: str = 'hf'
+    loss: str = ''
+    margin_fraction: float = 0.05
+    price_per_gpu_hour_usd: float | None = None
+    sort_by: str = 'time'
+    top_k: int = 10
+    limits: LayoutLimits = field(default_factory=LayoutLimits)
+    step_options: StepTimeOptions = field(default_factory=StepTimeOptions)
+    calibration: CalibrationProfile | Mapping | None = None
+    overheads: Overheads | None = None
+    lora: LoraSpec | None = None
+
+    def __post_init__(self) -> None:
+        for name in ('seq_len', 'max_nodes', 'gpus_per_node', 'top_k'):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise InputError(_flag(name), f'must be a positive integer, got {value!r}')
+        if (self.global_batch is None) == (self.global_batch_tokens is None):
+            raise InputError('--global-batch', 'give exactly one of --global-batch (sequences) '
+                             'and --global-batch-tokens')
+        for name in ('global_batch', 'global_batch_tokens'):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
+                raise InputError(_flag(name), f'must be a positive integer, got {value!r}')
+        if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
+            raise InputError('--zero', f'got {self.zero_stages!r}', 'a list from 0, 1, 2, 3')
+        if not self.recompute_modes or any(r not in RECOMPUTE_MODES
+                                           for r in self.recompute_modes):
+            raise InputError('--recompute', f'got {self.recompute_modes!r}',
+                             'a list from ' + ', '.join(RECOMPUTE_MODES))
+        choices = {'precision': tuple(RECIPES), 'optimizer': tuple(OPTIMIZERS),
+                   'attention': ATTENTION_KINDS, 'framework': FRAMEWORKS,
+                   'sort_by': SORT_KEYS, 'loss': ('', 'hf', 'megatron')}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise InputError(_flag('sort' if name == 'sort_by' else name),
+                                 f'unknown value {getattr(self, name)!r}',
+                                 ', '.join(a for a in allowed if a))
+        if not 0.0 <= self.margin_fraction < 1.0:
+            raise InputError('--margin', f'must be in [0, 1), got {self.margin_fraction!r}')
+        price = self.price_per_gpu_hour_usd
+        if price is not None and not (math.isfinite(price) and price >= 0):
+            raise InputError('--price', f'must be a non-negative number, got {price!r}')
+        if self.max_nodes > 1 and self.inter_node is None:
+            raise InputError('--inter-node', 'more than one node needs the network between '
+                             'them (batchfit gpus --catalog lists them)')
+        self._check_lora()
+
+    def _check_lora(self) -> None:
+        """LoRA runs under PEFT on Hugging Face models, data parallel only.
+
+        The memory model counts LoRA for the ``hf`` framework only (Megatron has no
+        PEFT), and PEFT composes with DDP, ZeRO and FSDP but not with TP, PP or CP.
+        """
+        if self.lora is None:
+            return
+        if not isinstance(self.lora, LoraSpec):
+            raise InputError('--lora-rank', f'must be a LoraSpec, got {self.lora!r}')
+        if self.framework != 'hf':
+            raise InputError('--framework', f'LoRA runs under PEFT on Hugging Face models, '
+                             f'not {self.framework}', 'hf')
+        if self.lora.base_bits == 8 and set(self.zero_stages) == {3}:
+            raise InputError('--zero', 'an LLM.int8 base cannot be sharded by ZeRO-3/FSDP '
+                             '(bitsandbytes shards 4-bit weights only)', '0, 1 or 2')
+        for axis in ('tp', 'pp', 'cp', 'vpp'):
+            if not self.limits.allowed(axis, np.ones(1, int)).size:
+                raise InputError(_flag(axis), 'LoRA runs data parallel only (PEFT with DDP, '
+                                 'ZeRO or FSDP): no model split', '1')
+
+    @property
+    def target_batch_samples(self) -> float:
+        """The target global batch in sequences (fractional when tokens do not divide)."""
+        if self.global_batch is not None:
+            return float(self.global_batch)
+        return self.global_batch_tokens / self.seq_len  # type: ignore[operator]
+
+    @property
+    def price(self) -> float:
+        """USD per GPU-hour: the request's, else the catalog's."""
+        if self.price_per_gpu_hour_usd is not None:
+            return self.price_per_gpu_hour_usd
+        return self.gpu.price_per_gpu_hour_usd
+
+    @property
+    def loss_kind(self) -> str:
+        """The loss implementation whose buffers are counted."""
+        return self.loss or self.framework
+
+    @property
+    def usable_bytes(self) -> float:
+        """Per-GPU memory a plan may take: the capacity less the margin."""
+        return self.gpu.memory_bytes * (1 - self.margin_fraction)
+
+    def memory_options(self) -> MemoryOptions:
+        """The memory model's choices shared by every layout of this request."""
+        return MemoryOptions(precision=self.precision, optimizer=self.optimizer,
+                             attention=self.attention, framework=self.framework,
+                             loss=self.loss_kind, lora=self.lora)
+
+    def memory_config(self, layout: LayoutArrays) -> ConfigArrays:
+        """The memory model's axes for ``layout``'s candidates.
+
+        What every candidate shares (sequence length, no expert parallelism or offload,
+        the sequence-parallel flag) stays 0-d, so the estimate does not carry it along
+        as a full column.
+        """
+        return ConfigArrays(
+            seq_len=np.asarray(self.seq_len), micro_batch=layout.micro_batch,
+            grad_accum=layout.grad_accum, tp=layout.tp, pp=layout.pp, vpp=layout.vpp,
+            cp=layout.cp, ep=np.asarray(1), dp=layout.dp, zero=layout.zero,
+            offload=np.asarray(0), recompute=layout.recompute,
+            sequence_parallel=np.asarray(self.limits.sequence_parallel))
+
+    def step_times(self, layout: LayoutArrays) -> StepTimeArrays:
+        """The step-time model on ``layout``'s candidates, with this request's choices."""
+        return step_time_arrays(self.model, self.seq_len, self.gpu, self.inter_node, layout,
+                                precision=self.precision, optimizer=self.optimizer,
+                                attention=self.attention, framework=self.framework,
+                                options=self.step_options, calibration=self.calibration,
+                                lora=self.lora)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The request as JSON (the ``request`` member of ``plan --json``)."""
+        return {
+            'model': self.model.name, 'parameters': self.model.total_params(),
+            'seq_len': self.seq_len, 'gpu': self.gpu.key, 'max_nodes': self.max_nodes,
+            'gpus_per_node': self.gpus_per_node,
+            'inter_node': None if self.inter_node is None else self.inter_node.key,
+            'global_batch': self.global_batch, 'global_batch_tokens': self.global_batch_tokens,
+            'length': None if self.length is None else self.length.to_dict(),
+            'zero_stages': list(self.zero_stages), 'recompute_modes': list(self.recompute_modes),
+            'precision': self.precision, 'optimizer': self.optimizer,
+            'attention': self.attention, 'framework': self.framework, 'loss': self.loss_kind,
+            'margin_fraction': self.margin_fraction,
+            'price_per_gpu_hour_usd': self.price, 'sort_by': self.sort_by, 'top_k': self.top_k,
+            'limits': self.limits.to_dict(),
+            'calibration': None if self.calibration is None else 'given',
+            'lora': None if self.lora is None else lora_dict(self.lora, self.model),
+        }
+
+
+def lora_dict(lora: LoraSpec, model: ModelSpec) -> dict[str, Any]:
+    """The LoRA settings as JSON, with the trainable (adapter) parameters they give."""
+    from planner.memory.model_states import lora_params
+
+    return {**lora.to_dict(), 'trainable_parameters': lora_params(model, lora)}
+
+
+def _flag(name: str) -> str:
+    return '--' + name.replace('_', '-')

@@ -1,0 +1,415 @@
+"""Plan search: every parallel layout that reaches a global batch, scored at once.
+
+Given a model, a sequence length, a cluster and a target global batch B, the search
+enumerates every candidate
+
+    (nodes, GPUs per node, TP, PP, virtual stages, CP, DP, micro-batch, accumulation,
+     ZeRO stage, recompute mode)
+
+with ``tp * pp * cp * dp == GPUs used`` and ``micro_batch * grad_accum * dp == B``
+exactly, builds them as numpy arrays (broadcasting and masks, no Python loop per
+candidate), prices the memory of the whole grid with ONE call of
+:func:`planner.memory.peak.estimate_arrays`, times the candidates that fit with ONE call
+of :func:`planner.timing.step_time.step_time_arrays`, and ranks them.
+
+Rules a candidate obeys (Megatron's, DOMAIN.md §5, §8):
+
+* TP divides the attention heads and the KV heads, and stays inside a node
+  (``tp <= GPUs per node``, which it divides);
+* PP is at most the layers (and divides them unless ``uneven_pipeline``); virtual
+  stages need ``pp > 1``, ``grad_accum % pp == 0`` and a whole number of layers per
+  chunk;
+* CP splits the sequence into ``2 * cp`` load-balanced chunks (``seq_len % 2cp == 0``);
+* ZeRO stages above 0 only where there is something to shard (``dp * cp > 1``);
+* with ``request.lora`` (LoRA/QLoRA fine-tuning) TP = PP = CP = 1: PEFT runs data
+  parallel only (DDP, ZeRO 1-3 or FSDP), and an LLM.int8 base cannot be sharded by
+  ZeRO-3 (bitsandbytes shards only 4-bit weights), so it gets ZeRO 0-2;
+* each GPU count is placed on the fewest nodes that hold it (same GPUs, more of the
+  traffic on NVLink: spreading it wider is never faster in this model).
+
+The worker follows the Orange pattern (STYLE.md §1.4): :func:`search` is a pure
+function taking a ``progress(fraction)`` callback and a ``should_stop()`` poll, and
+raises :class:`SearchCancelled` when asked to stop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from planner.distinct_rows import packed_key
+from planner.memory.activations import RECOMPUTE_CODES
+from planner.memory.peak import (
+    MemoryArrays,
+    MemoryOptions,
+    estimate_arrays,
+    tensor_peak_floor,
+)
+from planner.plans.request import SORT_KEYS, LayoutLimits, PlanRequest
+from planner.plans.result import (
+    STATUS_NO_FACTORISATION,
+    STATUS_NO_FIT,
+    STATUS_OK,
+    Candidate,
+    CandidateMemory,
+    SearchResult,
+    time_bucket,
+)
+from planner.timing.step_time import LayoutArrays, TrainingTimeArrays, training_time
+
+__all__ = [
+    'SORT_KEYS',
+    'STATUS_NO_FACTORISATION',
+    'STATUS_NO_FIT',
+    'STATUS_OK',
+    'Candidate',
+    'CandidateMemory',
+    'LayoutLimits',
+    'PlanRequest',
+    'SearchCancelled',
+    'SearchResult',
+    'divisors',
+    'enumerate_grid',
+    'nearest_global_batches',
+    'pareto_front',
+    'search',
+]
+
+
+class SearchCancelled(Exception):  # noqa: N818 (a signal, not an error)
+    """``should_stop()`` returned True; the search stopped between two stages."""
+
+
+# ---- enumeration ------------------------------------------------------------------------
+
+def divisors(n: int) -> np.ndarray:
+    """All positive divisors of ``n``, ascending."""
+    small = np.arange(1, math.isqrt(n) + 1)
+    small = small[n % small == 0]
+    large = n // small[::-1]  # ascending; equals small[-1] once when n is a square
+    # not np.unique: its masked-array check imports numpy.ma (20 ms of the app's start)
+    return np.concatenate([small, large[large > small[-1]]])
+
+
+def _gpu_counts(req: PlanRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every usable GPU count with the fewest nodes that hold it: (gpus, nodes, per node)."""
+    nodes, per_node = np.meshgrid(np.arange(1, req.max_nodes + 1),
+                                  np.arange(1, req.gpus_per_node + 1), indexing='ij')
+    nodes, per_node = nodes.ravel(), per_node.ravel()
+    gpus = nodes * per_node
+    order = np.lexsort((nodes, gpus))  # by GPUs, then fewest nodes
+    gpus, nodes, per_node = gpus[order], nodes[order], per_node[order]
+    first = np.concatenate([[True], gpus[1:] != gpus[:-1]])
+    gpus, nodes, per_node = gpus[first], nodes[first], per_node[first]
+    if req.limits.gpus:
+        keep = np.isin(gpus, np.asarray(req.limits.gpus))
+        gpus, nodes, per_node = gpus[keep], nodes[keep], per_node[keep]
+    return gpus, nodes, per_node
+
+
+def _axis_values(req: PlanRequest) -> dict[str, np.ndarray]:
+    """Valid TP, PP, CP and virtual-stage values before combining them."""
+    model, lim = req.model, req.limits
+    tp = divisors(math.gcd(model.num_heads, model.num_kv_heads))
+    tp = lim.allowed('tp', tp[tp <= req.gpus_per_node])
+    layers = model.num_layers
+    pp = np.arange(1, layers + 1) if lim.uneven_pipeline else divisors(layers)
+    pp = lim.allowed('pp', pp)
+    cp = np.concatenate([[1], divisors(req.seq_len)[1:]])
+    cp = cp[(cp == 1) | ((req.seq_len % (2 * cp) == 0)
+                         & (req.seq_len // cp >= lim.min_tokens_per_cp_rank))]
+    cp = lim.allowed('cp', cp[cp <= req.max_nodes * req.gpus_per_node])
+    vpp = lim.allowed('vpp', np.arange(1, layers + 1))
+    axes = {'tp': tp, 'pp': pp, 'cp': cp, 'vpp': vpp}
+    if req.lora is not None:  # PEFT: data parallel only
+        axes = {name: values[values == 1] for name, values in axes.items()}
+    return axes
+
+
+def _zero_stages(req: PlanRequest) -> np.ndarray:
+    """The ZeRO stages to try: LLM.int8 bases cannot be sharded by ZeRO-3/FSDP."""
+    zeros = np.asarray(sorted(set(req.zero_stages)))
+    if req.lora is not None and req.lora.base_bits == 8:
+        zeros = zeros[zeros < 3]
+    return zeros
+
+
+def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarray | None = None,
+                   fixed_accum: int | None = None) -> LayoutArrays:
+    """Every valid candidate for a global batch of ``batch_samples`` sequences.
+
+    Built in stages (GPU count x TP x PP x CP, then micro-batch, then virtual stages,
+    then ZeRO x recompute), each a broadcast mask turned into flat indices, so the work
+    is proportional to the valid candidates, not to the full cross product.
+
+    Args:
+        req: the request (model, cluster, limits, modes).
+        batch_samples: global batch B; ``dp`` must divide it.
+        micro_batches: micro-batch values to try (default: the divisors of B allowed by
+            the limits).
+        fixed_accum: force this accumulation instead of ``B / (dp * micro_batch)`` (used
+            to find feasible DP sizes regardless of B; then ``dp`` need not divide B).
+    """
+    model = req.model
+    gpus, nodes, per_node = _gpu_counts(req)
+    ax = _axis_values(req)
+    tp, pp, cp = ax['tp'], ax['pp'], ax['cp']
+    # Stage 1: GPU count x TP x PP x CP -> DP (TP inside a node, dividing it).
+    w, g = gpus[:, None, None, None], per_node[:, None, None, None]
+    t, p, c = tp[None, :, None, None], pp[None, None, :, None], cp[None, None, None, :]
+    model_parallel = t * p * c
+    ok = (w % model_parallel == 0) & (t <= g) & (g % t == 0)
+    if fixed_accum is None:
+        ok &= (batch_samples % np.maximum(w // model_parallel, 1) == 0)
+    iw, it, ip, ic = np.nonzero(ok)
+    sel = {'nodes': nodes[iw], 'gpus_per_node': per_node[iw], 'tp': tp[it], 'pp': pp[ip],
+           'cp': cp[ic]}
+    sel['dp'] = gpus[iw] // (sel['tp'] * sel['pp'] * sel['cp'])
+
+    # Stage 2: micro-batch, hence accumulation.
+    if micro_batches is None:
+        micro_batches = req.limits.allowed('micro_batch', divisors(batch_samples))
+    if fixed_accum is None:
+        ok = (batch_samples // sel['dp'])[:, None] % micro_batches[None, :] == 0
+    else:
+        ok = np.ones((len(sel['dp']), len(micro_batches)), bool)
+    il, ib = np.nonzero(ok)
+    sel = {k: a[il] for k, a in sel.items()}
+    sel['micro_batch'] = micro_batches[ib]
+    if fixed_accum is None:
+        sel['grad_accum'] = batch_samples // (sel['dp'] * sel['micro_batch'])
+    else:
+        sel['grad_accum'] = np.full(len(il), fixed_accum)
+
+    # Stage 3: virtual pipeline stages (Megatron: pp > 1, accum % pp == 0, whole chunks).
+    v = ax['vpp'][None, :] if fixed_accum is None else np.ones((1, 1), int)
+    p2, m2 = sel['pp'][:, None], sel['grad_accum'][:, None]
+    if req.limits.uneven_pipeline:
+        whole = p2 * v <= model.num_layers
+    else:
+        whole = (model.num_layers // p2) % v == 0
+    ok = (v == 1) | ((p2 > 1) & (m2 % p2 == 0) & whole)
+    il, iv = np.nonzero(ok)
+    sel = {k: a[il] for k, a in sel.items()}
+    sel['vpp'] = v[0, iv]
+
+    # Stage 4: ZeRO stage x recompute mode (ZeRO > 0 only with something to shard).
+    zeros = _zero_stages(req)
+    codes = np.asarray(sorted(RECOMPUTE_CODES[r] for r in set(req.recompute_modes)))
+    shard = (sel['dp'] * sel['cp'])[:, None, None]
+    ok = np.broadcast_to((zeros[None, :, None] == 0) | (shard > 1),
+                         (len(shard), len(zeros), len(codes)))
+    il, iz, ir = np.nonzero(ok)
+    return LayoutArrays(**{k: a[il] for k, a in sel.items()}, zero=zeros[iz],
+                        recompute=codes[ir],
+                        sequence_parallel=np.full(il.size, req.limits.sequence_parallel))
+
+
+# ---- ranking ----------------------------------------------------------------------------
+
+def pareto_front(time_s: np.ndarray, gpu_hours: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats on both axes, fastest first.
+
+    A point is dominated when another is no worse on both and better on one; of
+    identical points only the first is kept.
+    """
+    time_s, gpu_hours = np.asarray(time_s, float), np.asarray(gpu_hours, float)
+    if time_s.size == 0:
+        return np.zeros(0, int)
+    order = np.lexsort((gpu_hours, time_s))  # by time, then GPU-hours
+    best_before = np.minimum.accumulate(gpu_hours[order])
+    prior = np.concatenate([[np.inf], best_before[:-1]])
+    return order[gpu_hours[order] < prior]
+
+
+def _ranking(sort_by: str, time_s, cost, headroom, layout: LayoutArrays, gpus) -> np.ndarray:
+    """Indices sorted by the key; near-ties (0.1 %) go to the simpler layout.
+
+    Simpler means, in order: fewer GPUs, a lower ZeRO stage, less recompute, no CP,
+    no interleaving, less PP, less TP; then more memory headroom.
+    """
+    if sort_by == 'headroom':  # a float key first: no integer packing
+        return _ranking_lexsort(sort_by, time_s, cost, headroom, layout, gpus)
+    simpler = [layout.zero, layout.recompute, layout.cp, layout.vpp, layout.pp, layout.tp]
+    by_time = time_bucket(time_s)
+    primary = {  # most significant first
+        'time': lambda: [by_time, gpus],
+        'cost': lambda: [time_bucket(cost), by_time, gpus],
+        'gpus': lambda: [gpus, by_time],
+    }[sort_by]()
+    columns = [np.asarray(c) for c in (*primary, *simpler)]
+    if all(np.isfinite(c).all() for c in columns[:len(primary)]):
+        # Every integer key packed into one (mixed radix): np.lexsort then sorts two
+        # keys instead of nine (a third of the search's ranking time).
+        key = packed_key([np.broadcast_to(c, np.shape(headroom)) for c in columns])
+        if key.ndim == 1:
+            return np.lexsort((-headroom, key))
+    return _ranking_lexsort(sort_by, time_s, cost, headroom, layout, gpus)
+
+
+def _ranking_lexsort(sort_by: str, time_s, cost, headroom, layout: LayoutArrays,
+                     gpus) -> np.ndarray:
+    """:func:`_ranking` by one key per axis (any key values)."""
+    # One integer per candidate, ordered as listed below (each axis < 4096).
+    simpler = np.zeros(np.shape(gpus), np.int64)
+    for axis in (layout.zero, layout.recompute, layout.cp, layout.vpp, layout.pp, layout.tp):
+        simpler = simpler * 4096 + np.asarray(axis, np.int64)
+    primary = {  # np.lexsort: the LAST key is the primary one
+        'time': (gpus, time_bucket(time_s)),
+        'cost': (gpus, time_bucket(time_s), time_bucket(cost)),
+        'gpus': (time_bucket(time_s), gpus),
+        'headroom': (gpus, time_bucket(time_s), -headroom),
+    }[sort_by]
+    return np.lexsort((-headroom, simpler, *primary))
+
+
+# ---- the memory pass --------------------------------------------------------------------
+
+def _fitting_memory(req: PlanRequest, opts: MemoryOptions, grid: LayoutArrays, usable: float
+                    ) -> tuple[LayoutArrays, MemoryArrays | None, float]:
+    """The layouts of ``grid`` that fit, their memory, and the smallest peak estimated.
+
+    Layouts whose weights, optimizer states and activations alone overflow cannot fit:
+    :func:`tensor_peak_floor` drops them before the full estimate (half the grid on a
+    typical request); their peaks exceed every fitting one's, so the smallest peak among
+    the rest is the grid's whenever anything fits. (Chunks on two threads were tried:
+    numpy's loops release the GIL, but the chunking cost as much as it saved.)
+    """
+    floor = tensor_peak_floor(req.model, opts, req.memory_config(grid))
+    kept = grid.take(np.flatnonzero(floor <= usable))
+    if not len(kept):
+        return kept, None, math.inf
+    memory = estimate_arrays(req.model, opts, req.memory_config(kept), req.overheads,
+                             parts=False)
+    total = np.broadcast_to(np.asarray(memory.total_bytes, float), (len(kept),))
+    rows = np.flatnonzero(total <= usable)
+    return kept.take(rows), memory.take(rows), float(total.min())
+
+
+# ---- the search -------------------------------------------------------------------------
+
+def search(request: PlanRequest, progress: Callable[[float], None] | None = None,
+           should_stop: Callable[[], bool] | None = None) -> SearchResult:
+    """Every candidate plan for the request, ranked, with the Pareto front.
+
+    Args:
+        request: what to plan.
+        progress: called with the fraction done (0 to 1) after each stage.
+        should_stop: polled between stages; True cancels the search.
+
+    Returns:
+        The ranked fitting candidates. When none exists, ``status`` says why and
+        ``nearest_global_batches`` offers the nearest batches that do have a plan.
+
+    Raises:
+        SearchCancelled: ``should_stop()`` returned True.
+        InputError: the request is inconsistent (checked when it was built).
+    """
+    started = time.perf_counter()
+    req = request
+
+    def step(fraction: float) -> None:
+        if should_stop is not None and should_stop():
+            raise SearchCancelled
+        if progress is not None:
+            progress(fraction)
+
+    step(0.0)
+    target = req.target_batch_samples
+    usable = req.usable_bytes
+    if target != int(target):
+        return _without_plan(req, started, STATUS_NO_FACTORISATION,
+                             f'{req.global_batch_tokens:,} tokens is {target:.2f} sequences of '
+                             f'{req.seq_len}: no exact global batch', 0, None, step)
+    batch = int(target)
+    grid = enumerate_grid(req, batch)
+    step(0.2)
+    if len(grid) == 0:
+        return _without_plan(req, started, STATUS_NO_FACTORISATION,
+                             f'no layout on up to {req.max_nodes} x {req.gpus_per_node} GPUs '
+                             f'factorises a global batch of {batch} exactly', 0, None, step)
+
+    grid_size = len(grid)
+    opts = req.memory_options()
+    layout, memory, min_total = _fitting_memory(req, opts, grid, usable)
+    rows = np.arange(len(layout))
+    step(0.6)
+    if rows.size == 0:
+        # the smallest peak over the whole grid, for the message
+        total = np.asarray(estimate_arrays(req.model, opts, req.memory_config(grid),
+                                           req.overheads, parts=False).total_bytes, float)
+        return _without_plan(req, started, STATUS_NO_FIT,
+                             f'none of the {len(grid):,} layouts for a global batch of {batch} '
+                             f'fits in {usable / 2**30:.1f} GiB per GPU (smallest peak '
+                             f'{total.min() / 2**30:.1f} GiB)', len(grid), float(total.min()),
+                             step)
+
+    st = req.step_times(layout)
+    step(0.85)
+    if req.length is not None:
+        tr = training_time(st.step_time_s, batch, req.seq_len, st.gpus, req.length, req.price)
+        time_key = tr.time_to_train_s
+    else:  # no data size: rank by step time; GPU-hours per step
+        tr = TrainingTimeArrays(
+            steps=np.full(rows.size, math.nan), time_to_train_s=np.full(rows.size, math.nan),
+            time_per_epoch_s=np.full(rows.size, math.nan),
+            gpu_hours=np.full(rows.size, math.nan), cost_usd=np.full(rows.size, math.nan))
+        time_key = st.step_time_s
+    cost_key = st.step_time_s * st.gpus if req.length is None else tr.gpu_hours
+    headroom = usable - np.asarray(memory.total_bytes, float)
+    ranking = _ranking(req.sort_by, time_key, cost_key, headroom, layout, st.gpus)
+    front = pareto_front(time_key, cost_key)
+    step(1.0)
+    return SearchResult(
+        request=req, status=STATUS_OK, message='', target_batch_samples=target,
+        nearest_global_batches=(None, None), grid_size=grid_size, fitting=int(rows.size),
+        # a dropped layout's peak exceeds every fitting one's: the grid's minimum is here
+        min_total_bytes=min_total, elapsed_s=time.perf_counter() - started,
+        layout=layout, memory=memory, memory_rows=rows, step=st, train=tr, ranking=ranking,
+        pareto=front)
+
+
+def _without_plan(req: PlanRequest, started: float, status: str, message: str, grid_size: int,
+                  min_total: float | None, step: Callable[[float], None]) -> SearchResult:
+    """A result with no candidates, offering the nearest global batches that have one."""
+    below, above = nearest_global_batches(req)
+    if below is None and above is None:
+        message += '; no global batch has a plan with these GPUs and options'
+    else:
+        offers = [f'{n} sequences ({n * req.seq_len:,} tokens) {side}'
+                  for n, side in ((below, 'below'), (above, 'above')) if n is not None]
+        message += '; nearest global batches with a plan: ' + ', '.join(offers)
+    step(1.0)
+    return SearchResult(request=req, status=status, message=message,
+                        target_batch_samples=req.target_batch_samples,
+                        nearest_global_batches=(below, above), grid_size=grid_size, fitting=0,
+                        min_total_bytes=min_total, elapsed_s=time.perf_counter() - started)
+
+
+def nearest_global_batches(req: PlanRequest) -> tuple[int | None, int | None]:
+    """The nearest global batches (sequences) strictly below and above the target that
+    have a fitting plan.
+
+    A layout (TP, PP, CP, DP, ZeRO, recompute) that fits at the smallest allowed
+    micro-batch b with ``grad_accum >= pp`` (the most micro-batches in flight) also
+    fits at any smaller accumulation, so it serves every batch that is a multiple of
+    ``dp * b``. One memory call over those layouts gives the usable ``dp * b`` units.
+    """
+    b_min = min(req.limits.micro_batch, default=1)
+    pp_max = max(int(_axis_values(req)['pp'].max(initial=1)), 2)
+    grid = enumerate_grid(req, 1, micro_batches=np.asarray([b_min]), fixed_accum=pp_max)
+    if len(grid) == 0:
+        return None, None
+    memory = estimate_arrays(req.model, req.memory_options(), req.memory_config(grid),
+                             req.overheads, parts=False)
+    units = np.unique(grid.dp[np.asarray(memory.total_bytes) <= req.usable_bytes] * b_min)
+    if units.size == 0:
+        return None, None
+    target = req.target_batch_samples
+    below = np.floor(np.nextafter(target, 0) / units) * units
+    below = below[below >= units]
+    above = (np.floor(target / units) + 1) * units
+    return (int(below.max()) if below.size else None), int(above.min())

@@ -1,0 +1,1 @@
+"""Step time: achieved FLOP efficiency, communication, pipeline bubble and time-to-train."""

@@ -1,0 +1,595 @@
+"""Step time, throughput and time-to-train, vectorised over candidate configurations.
+
+One optimizer step of a (TP, PP, CP, DP) layout with gradient accumulation costs
+(DOMAIN.md §8)::
+
+    t_step = t_mb · (m + (p - 1)/v)          # micro-batches through the pipeline, bubble
+           + exposed DP communication         # gradient reduction not hidden by backward
+           + optimizer update                 # memory-bound: bytes touched / HBM bandwidth
+
+where ``t_mb``, the time of one micro-batch on the busiest pipeline stage, is its
+compute (FLOPs / (peak · eta), eta from ``planner.timing.efficiency``) plus the
+communication on its critical path: TP collectives, the exposed part of the CP ring
+exchange, the pipeline's point-to-point sends, and ZeRO-2/3 traffic that repeats per
+micro-batch. Collectives use the ring model (2(n-1)/n · S / B_bus for an all-reduce)
+over the slowest link the group spans. Every formula, default and source is in
+``docs/time-model.md``.
+
+With a :class:`~planner.memory.training.LoraSpec` the base is frozen (PEFT): no weight-gradient
+GEMMs for it, adapters' FLOPs and memory traffic added, DP/ZeRO traffic and the optimizer
+step over the adapters only (ZeRO-3 still gathers the whole frozen base), and a 4/8-bit
+base dequantized before every use (docs/time-model.md §1.7).
+
+All functions take numpy arrays for the per-candidate axes (:class:`LayoutArrays`)
+and return arrays of the broadcast shape; the model, GPU and recipe are scalars.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from planner.errors import InputError
+from planner.hardware.devices import GpuSpec, LinkSpec
+from planner.memory.model_states import (
+    ADAPTER_BYTES,
+    lora_base_bytes_per_param,
+    lora_params,
+    lora_weight_bytes,
+    stage_params,
+)
+from planner.memory.recipes import OPTIMIZERS, RECIPES, OptimizerKind, PrecisionRecipe
+from planner.memory.training import LoraSpec
+from planner.models.spec import ModelSpec
+from planner.timing.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
+
+RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')  # index = recompute code
+SECONDS_PER_DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class StepTimeOptions:
+    """Tunable constants of the step-time model (documented in docs/time-model.md).
+
+    Attributes:
+        intra_node_link_efficiency: achieved NCCL bus bandwidth / the GPU's one-way
+            intra-node link bandwidth (nccl-tests reach ~80 % on NVLink without NVLS).
+        inter_node_link_efficiency: the same for the inter-node rail (~90 % on IB).
+        intra_node_latency_s: per-hop latency of an intra-node collective.
+        dp_overlap: fraction of a micro-batch's backward (or forward) that can hide
+            DP/ZeRO communication (DDP buckets; the last bucket always waits).
+        tp_overlap: fraction of TP collectives hidden behind GEMMs (0: Megatron
+            2021-22; TE userbuffers or async TP hide part of it).
+        cp_overlap: fraction of the attention core that hides the CP ring exchange.
+        pp_overlap: fraction of pipeline sends hidden behind compute.
+        hbm_efficiency: achieved / datasheet HBM bandwidth for the optimizer step.
+        step_overhead_s: fixed per-step cost (data loading, logging, launch).
+    """
+
+    intra_node_link_efficiency: float = 0.80
+    inter_node_link_efficiency: float = 0.90
+    intra_node_latency_s: float = 5e-6
+    dp_overlap: float = 0.8
+    tp_overlap: float = 0.0
+    cp_overlap: float = 1.0
+    pp_overlap: float = 0.0
+    hbm_efficiency: float = 0.8
+    step_overhead_s: float = 0.0
+
+
+@dataclass
+class LayoutArrays:
+    """The per-candidate axes of a step (broadcastable numpy arrays).
+
+    ``nodes`` x ``gpus_per_node`` are the GPUs a candidate uses (so
+    ``tp * pp * cp * dp == nodes * gpus_per_node``); ranks are ordered TP fastest,
+    then CP, DP and PP, as Megatron's default ``tp-cp-ep-dp-pp``. ``recompute`` holds
+    codes into :data:`RECOMPUTE_MODES`.
+    """
+
+    nodes: np.ndarray
+    gpus_per_node: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    vpp: np.ndarray
+    cp: np.ndarray
+    dp: np.ndarray
+    micro_batch: np.ndarray
+    grad_accum: np.ndarray
+    zero: np.ndarray
+    recompute: np.ndarray
+    sequence_parallel: np.ndarray
+
+    def __len__(self) -> int:
+        return int(np.size(self.tp))
+
+    def take(self, rows: np.ndarray) -> LayoutArrays:
+        """The candidates at ``rows`` (flat arrays)."""
+        return LayoutArrays(**{f.name: np.asarray(getattr(self, f.name))[rows]
+                               for f in fields(self)})
+
+
+@dataclass
+class StepTimeArrays:
+    """Seconds per optimizer step, split into parts that add up, and throughput.
+
+    ``compute_s + elementwise_s + bubble_s + tp_comm_s + cp_comm_s + pp_comm_s + dp_comm_s
+    + optimizer_s + overhead_s == step_time_s``; the communication parts are the
+    *exposed* time. ``dp_traffic_s`` is the unhidden DP/ZeRO traffic time and
+    ``dequant_s`` the part of ``elementwise_s`` that dequantizes a QLoRA base (0
+    otherwise), both for reference. MFU and HFU follow PaLM (attention counted without
+    the causal saving) over the FLOPs the step needs: under LoRA those of a frozen base
+    (no weight gradients), not 6N. ``achieved_flops_per_gpu`` is HFU x peak
+    (Narayanan's TF/GPU).
+    """
+
+    compute_s: np.ndarray
+    elementwise_s: np.ndarray
+    bubble_s: np.ndarray
+    tp_comm_s: np.ndarray
+    cp_comm_s: np.ndarray
+    pp_comm_s: np.ndarray
+    dp_comm_s: np.ndarray
+    optimizer_s: np.ndarray
+    overhead_s: np.ndarray
+    step_time_s: np.ndarray
+    dp_traffic_s: np.ndarray
+    efficiency: np.ndarray
+    gemm_flops: np.ndarray
+    gpus: np.ndarray
+    tokens_per_step: np.ndarray
+    tokens_per_s: np.ndarray
+    samples_per_s: np.ndarray
+    model_flops_per_step: np.ndarray
+    hardware_flops_per_step: np.ndarray
+    mfu: np.ndarray
+    hfu: np.ndarray
+    achieved_flops_per_gpu: np.ndarray
+    dequant_s: np.ndarray
+
+
+def _stage_params(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
+    """Parameters on the most loaded stage (ceil(L/p) layers plus the edge it holds)."""
+    total = model.total_params()
+    embed, head, norm = model.embedding_params(), model.head_params(), model.norm_params()
+    per_layer = (total - embed - head - norm) / model.num_layers
+    head_on_last = head if head else model.vocab_size * model.hidden_size  # tied: a copy
+    first = np.ceil(model.num_layers / pp) * per_layer + embed
+    last = np.floor(model.num_layers / pp) * per_layer + norm + head_on_last
+    return np.where(pp > 1, np.maximum(first, last), float(total))
+
+
+# Elements read or written per token per layer by memory-bound ops, in units of h
+# (forward; backward touches about twice as much) and, for eager attention, of
+# heads x sequence (scale-mask-softmax and attention dropout). Rough counts of
+# Megatron's fused kernels; see docs/time-model.md.
+ELEMENTWISE_FWD_PER_H = 20.0
+SOFTMAX_FWD_PER_SCORE = 4.5
+
+
+def _elementwise_bytes_per_token(model: ModelSpec, seq_len: int, attention: str,
+                                 act_bytes: int) -> np.ndarray:
+    """Memory-bound bytes per token per layer, indexed by recompute code."""
+    hidden = ELEMENTWISE_FWD_PER_H * model.hidden_size
+    scores = SOFTMAX_FWD_PER_SCORE * model.num_heads * seq_len if attention == 'eager' else 0.0
+    fwd = hidden + scores
+    # none: fwd + 2x bwd; selective re-runs the softmax; full re-runs the whole forward.
+    return act_bytes * np.array([3 * fwd, 3 * fwd + scores, 4 * fwd])
+
+
+# ---- LoRA / QLoRA (docs/time-model.md §1.7) ------------------------------------------------
+
+# PEFT's lora.Linear around its rank-r GEMMs, per adapted projection and token, in
+# activation elements (rough counts of its eager ops; docs/time-model.md §1.7). Input side:
+# lora_A reads the input (1) and, backward, writes the input's gradient, reads the saved
+# input for its weight gradient and adds its gradient to the base's (1 + 1 + 3). When the
+# input is not in the adapters' fp32, PEFT casts it to fp32 and autocast casts that back
+# to bf16 (read 1 + write 2, read 2 + write 1), and backward casts the gradient through
+# both (6 more each way). Output side: lora_B writes (1), the scaling reads and writes (2),
+# the sum with the base output reads two and writes one (3); backward the scaling again
+# (2) and lora_B's two GEMMs read the gradient (2). The QLoRA layer clones the base
+# output first (2).
+ADAPTER_IN_FWD, ADAPTER_IN_BWD, ADAPTER_CAST = 1.0, 5.0, 6.0
+ADAPTER_OUT_FWD, ADAPTER_OUT_BWD, QLORA_CLONE = 6.0, 4.0, 2.0
+# bitsandbytes' double quantization writes an fp32 absmax per 64 weights before the
+# weights themselves are dequantized.
+NF4_ABSMAX_BYTES = 4.0 / 64
+
+
+def training_flops_per_token(model: ModelSpec, seq_len: int, recompute: str = 'none',
+                             causal: bool = True, lora: LoraSpec | None = None) -> float:
+    """FLOPs per token of one training step, full or LoRA on a frozen base.
+
+    A frozen linear layer still needs its input's gradient (backpropagation continues
+    through it to the adapters below) but no weight gradient: every matmul weight, the
+    output head included, loses that GEMM, 2 FLOPs per weight per token. The adapters
+    cost 2 forward and 4 backward (their weight and input gradients) per adapter
+    parameter, and full recompute runs their forward again. Without ``lora`` this is
+    ``ModelSpec.training_flops_per_token``.
+    """
+    full = model.training_flops_per_token(seq_len, recompute, causal)
+    if lora is None:
+        return full
+    adapters = float(lora_params(model, lora))
+    again = 2.0 * adapters if recompute == 'full' else 0.0
+    return full - 2.0 * model.matmul_params_per_token() + 6.0 * adapters + again
+
+
+def _flops_per_token(model: ModelSpec, seq_len: int, causal: bool,
+                     lora: LoraSpec | None) -> tuple[np.ndarray, float, float]:
+    """(training FLOPs per token by recompute code, forward FLOPs, head fwd + bwd FLOPs).
+
+    The head's share is 6·V·h in full training and 4·V·h on a frozen head (forward and
+    input gradient); it is never recomputed.
+    """
+    per_mode = np.array([training_flops_per_token(model, seq_len, mode, causal, lora)
+                         for mode in RECOMPUTE_MODES])
+    fwd = model.forward_flops_per_token(seq_len, causal)
+    head = (4.0 if lora is not None else 6.0) * model.vocab_size * model.hidden_size
+    if lora is not None:
+        fwd += 2.0 * lora_params(model, lora)
+    return per_mode, fwd, head
+
+
+def _adapter_bytes_per_token(model: ModelSpec, r: PrecisionRecipe,
+                             lora: LoraSpec | None) -> np.ndarray:
+    """Memory-bound bytes per token per layer of PEFT's adapter path, by recompute code.
+
+    Rank-r GEMMs read and write h-wide tensors for r-wide work: they are bound by
+    memory, not FLOPs, and PEFT adds casts, a scaling and a sum around them. The input
+    is cast when it is not fp32 already, except in the QLoRA layer under autocast
+    (``lora.bnb.Linear4bit`` skips the cast there). Full recompute runs the forward
+    part again; selective recompute does not touch the projections.
+    """
+    if lora is None:
+        return np.zeros(len(RECOMPUTE_MODES))
+    cast = (lora.frozen_bytes(r.act_bytes) != ADAPTER_BYTES
+            and not (lora.quantized and r.autocast))
+    in_fwd = ADAPTER_IN_FWD + (ADAPTER_CAST if cast else 0.0)
+    in_bwd = ADAPTER_IN_BWD + (ADAPTER_CAST if cast else 0.0)
+    out_fwd = ADAPTER_OUT_FWD + (QLORA_CLONE if lora.quantized else 0.0)
+    shapes = lora.adapted(model).values()
+    fan_in, fan_out = sum(i for i, _ in shapes), sum(o for _, o in shapes)
+    fwd = r.act_bytes * (in_fwd * fan_in + out_fwd * fan_out)
+    bwd = r.act_bytes * (in_bwd * fan_in + ADAPTER_OUT_BWD * fan_out)
+    return np.array([fwd + bwd, fwd + bwd, 2 * fwd + bwd])
+
+
+def _dequant_bytes_per_param(r: PrecisionRecipe, lora: LoraSpec | None) -> np.ndarray:
+    """Bytes moved per frozen projection weight to dequantize it, by recompute code.
+
+    bitsandbytes dequantizes a 4/8-bit weight to the compute dtype before every matmul
+    that uses it: the forward, the input's gradient in backward, and the forward again
+    under full recompute (selective recompute re-runs only the attention core). Each use
+    reads the stored bytes and writes the dequantized copy (plus NF4's fp32 absmax).
+    """
+    if lora is None or not lora.quantized:
+        return np.zeros(len(RECOMPUTE_MODES))
+    per_use = lora_base_bytes_per_param(r, lora) + lora.frozen_bytes(r.act_bytes)
+    per_use += NF4_ABSMAX_BYTES if lora.base_bits == 4 else 0.0
+    return per_use * np.array([2.0, 2.0, 3.0])
+
+
+@dataclass
+class _StageBytes:
+    """What DP/ZeRO moves and the optimizer updates on the busiest stage's rank.
+
+    Attributes:
+        grad_bytes: the gradients reduced (all trainable parameters).
+        update_bytes: what ZeRO-1/2 all-gather after the step (the updated parameters).
+        gather_bytes: what ZeRO-3 gathers per forward and backward (every parameter,
+            trainable or frozen, at its stored size).
+        trainable: trainable elements (the optimizer's work).
+        quantized: quantized frozen elements (dequantized per use).
+    """
+
+    grad_bytes: np.ndarray
+    update_bytes: np.ndarray
+    gather_bytes: np.ndarray
+    trainable: np.ndarray
+    quantized: np.ndarray
+
+
+def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
+                 lora: LoraSpec | None) -> _StageBytes:
+    """Per-rank parameter bytes of the busiest stage, full training or LoRA.
+
+    Full training moves every parameter in the recipe's gradient and weight bytes. Under
+    LoRA only the fp32 adapters are reduced and updated, but ZeRO-3 gathers the frozen
+    base too, at its stored size (``planner.memory.model_states.lora_weight_bytes``: NF4 for
+    QLoRA); the larger of the first and last stage counts.
+    """
+    if lora is None:
+        psi = _stage_params(model, p) / t
+        return _StageBytes(grad_bytes=psi * r.grad_bytes, update_bytes=psi * r.weight_bytes,
+                           gather_bytes=psi * r.weight_bytes, trainable=psi,
+                           quantized=np.zeros(np.shape(psi)))
+    one = np.ones(np.shape(p), int)
+    stages = [stage_params(model, t, p, one, stage, lora) for stage in ('first', 'last')]
+    trainable = np.maximum(*(s.trainable_dense + s.trainable_expert for s in stages))
+    gather = np.maximum(*(lora_weight_bytes(s, r, lora) for s in stages))
+    quantized = (np.maximum(*(s.matmul - s.head_matmul for s in stages)) if lora.quantized
+                 else np.zeros(np.shape(trainable)))
+    adapters = ADAPTER_BYTES * trainable
+    return _StageBytes(grad_bytes=adapters, update_bytes=adapters, gather_bytes=gather,
+                       trainable=trainable, quantized=quantized)
+
+
+def _optimizer_bytes_per_param(r: PrecisionRecipe, opt: OptimizerKind,
+                               lora: LoraSpec | None) -> float:
+    """Bytes the update touches per trainable parameter (memory-bound).
+
+    Read the gradient, read and write the master copy and the states, write the weights
+    (read and write them when they are the master). PEFT's adapters are fp32 with no
+    master copy, whatever the recipe.
+    """
+    states = 0 if opt.factored else opt.states
+    if lora is not None:
+        state_bytes = opt.state_bytes_override or ADAPTER_BYTES
+        return ADAPTER_BYTES + 2 * states * state_bytes + 2 * ADAPTER_BYTES
+    state_bytes = opt.state_bytes_override or r.state_bytes
+    return (r.grad_bytes + 2 * r.master_bytes + 2 * states * state_bytes
+            + (r.weight_bytes if r.master_bytes else 2 * r.weight_bytes))
+
+
+def _ring_bandwidth(span_gpus, members_per_node, gpus_per_node, intra_bps, inter_bps):
+    """Bus bandwidth of a collective over ranks spread as described.
+
+    A group inside one node runs at the intra-node link. A group across nodes is limited
+    by the network, but its ``k`` members in each node drive ``k`` rails at once
+    (NCCL lays one ring per NIC), so the bus bandwidth is ``min(intra, k · inter)``.
+    """
+    k = np.maximum(members_per_node, 1)
+    return np.where(span_gpus <= gpus_per_node, intra_bps, np.minimum(intra_bps, k * inter_bps))
+
+
+def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: LinkSpec | None,
+                     layout: LayoutArrays, *, precision: str = 'bf16-mixed',
+                     optimizer: str = 'adamw', attention: str = 'flash',
+                     framework: str = 'megatron', options: StepTimeOptions | None = None,
+                     calibration: CalibrationProfile | Mapping | None = None,
+                     lora: LoraSpec | None = None) -> StepTimeArrays:
+    """Time one optimizer step for every candidate in ``layout``.
+
+    Args:
+        model: the transformer.
+        seq_len: tokens per sequence.
+        gpu: the accelerator (peak FLOP/s of the recipe's compute dtype, HBM, NVLink).
+        inter_node: the network between nodes (needed when a candidate spans nodes).
+        layout: the per-candidate axes.
+        precision: a ``RECIPES`` key (compute dtype, gradient and weight bytes).
+        optimizer: an ``OPTIMIZERS`` key (state tensors touched by the update).
+        attention: ``flash`` skips the masked half of causal attention; ``eager``
+            computes it.
+        framework: ``megatron`` (fused kernels, the curves' reference) or ``hf`` (eager
+            PyTorch, slower; ``planner.timing.efficiency.framework_factor``).
+        options: model constants; defaults documented in docs/time-model.md.
+        calibration: measured efficiencies replacing the default curve.
+        lora: train LoRA adapters on a frozen base (QLoRA with ``base_bits`` 4 or 8)
+            instead of every weight. PEFT runs it data parallel only, so the plan
+            search passes TP = PP = CP = 1; other layouts are timed by the same
+            formulas.
+
+    Raises:
+        InputError: a candidate spans nodes and no inter-node link is given.
+    """
+    o = options or StepTimeOptions()
+    r, opt = RECIPES[precision], OPTIMIZERS[optimizer]
+    lay = layout
+    t, p, v, c, d = lay.tp, lay.pp, lay.vpp, lay.cp, lay.dp
+    b, m, g = lay.micro_batch, lay.grad_accum, lay.gpus_per_node
+    rc, zero = np.asarray(lay.recompute), np.asarray(lay.zero)
+    s, h, layers = seq_len, model.hidden_size, model.num_layers
+    if inter_node is None and np.any(lay.nodes > 1):
+        raise InputError('--inter-node', 'candidates span several nodes: name the network')
+    peak = gpu.peak(r.compute_dtype)
+    intra_bps = gpu.intra_node_bandwidth_bytes_per_s * o.intra_node_link_efficiency
+    inter_bps = (inter_node.bandwidth_bytes_per_s * o.inter_node_link_efficiency
+                 if inter_node else intra_bps)
+    inter_lat = inter_node.latency_s if inter_node else o.intra_node_latency_s
+    multi_node = lay.nodes > 1
+
+    # ---- FLOPs the GPUs execute (causal saving only with flash attention)
+    causal = attention == 'flash'
+    # fwd + bwd of the output head is never recomputed
+    per_mode, fwd_tok, head_tok = _flops_per_token(model, s, causal, lora)
+    layer_tok = (per_mode[rc] - head_tok) / layers
+    bwd_fraction = (per_mode[rc] - fwd_tok) / per_mode[rc]
+    first_layers, last_layers = np.ceil(layers / p), np.floor(layers / p)
+    stage_tok = np.where(p > 1, np.maximum(first_layers * layer_tok,
+                                           last_layers * layer_tok + head_tok),
+                         layers * layer_tok + head_tok)
+    tokens_mb = b * s / c  # tokens of one micro-batch on one rank
+    gemm = gemm_flops(h, tokens_mb, t)
+    eta = matmul_efficiency(gpu.family, gemm, b, calibration, framework)
+    busy_layers = first_layers
+    # Memory-bound work between the GEMMs (norms, activations, dropout, residual adds and,
+    # with eager attention, the s^2 softmax) costs bytes / HBM bandwidth. It is what makes
+    # narrow models slower per FLOP: GEMM FLOPs grow as h^2, these bytes as h.
+    # Under LoRA the adapters' own path is memory-bound too, and a QLoRA base is
+    # dequantized before every use (once per micro-batch for each use, whatever its size).
+    hbm_bps = gpu.hbm_bandwidth_bytes_per_s * o.hbm_efficiency
+    elementwise = (_elementwise_bytes_per_token(model, s, attention, r.act_bytes)[rc]
+                   + _adapter_bytes_per_token(model, r, lora)[rc])
+    sb = _stage_bytes(model, r, t, p, lora)
+    dequant_mb = sb.quantized * _dequant_bytes_per_param(r, lora)[rc] / hbm_bps
+    elementwise_mb = busy_layers * elementwise * tokens_mb / t / hbm_bps + dequant_mb
+    gemm_mb = stage_tok * tokens_mb / t / (peak * eta)
+    compute_mb = gemm_mb + elementwise_mb
+    fwd_mb, bwd_mb = compute_mb * (1 - bwd_fraction), compute_mb * bwd_fraction
+
+    # ---- TP: 2 all-reduces forward + 2 backward per layer of b·s·h/c elements (RS + AG
+    # of the same volume with SP); full recompute repeats the forward's two.
+    act = tokens_mb * h * r.act_bytes
+    ar_per_layer = 4 + 2 * (rc == 2)
+    tp_ar_s = 2 * (t - 1) / t * act / intra_bps + 2 * (t - 1) * o.intra_node_latency_s
+    tp_mb = np.where(t > 1, busy_layers * ar_per_layer * tp_ar_s * (1 - o.tp_overlap), 0.0)
+
+    # ---- CP: ring attention passes each rank's K and V chunk c-1 times forward, and
+    # K, V plus their gradients backward; the attention core hides it (Megatron overlaps).
+    kv_chunk = 2 * tokens_mb * (model.kv_size / t) * r.act_bytes
+    passes = 3 + (rc == 2)
+    cp_bps = np.where(t * c <= g, intra_bps, inter_bps)
+    cp_lat = np.where(t * c <= g, o.intra_node_latency_s, inter_lat)
+    cp_layer_s = (c - 1) * passes * (kv_chunk / cp_bps + cp_lat)
+    core_fwd_tok = (2.0 if causal else 4.0) * s * model.q_size  # per layer
+    core_tok = core_fwd_tok * (3 + (rc >= 1))  # fwd + bwd (+ recomputed core)
+    core_layer_s = core_tok * tokens_mb / t / (peak * eta)
+    cp_mb = np.where(c > 1, busy_layers * np.maximum(0.0, cp_layer_s
+                                                     - o.cp_overlap * core_layer_s), 0.0)
+
+    # ---- PP: one activation send forward and one gradient send backward per micro-batch
+    # and model chunk, b·s·h/(c·t) elements (scatter/gather), over the network when the
+    # pipeline spans nodes.
+    pp_msg = act / t
+    pp_bps = np.where(multi_node, inter_bps, intra_bps)
+    pp_lat = np.where(multi_node, inter_lat, o.intra_node_latency_s)
+    pp_mb = np.where(p > 1, 2 * v * (pp_msg / pp_bps + pp_lat) * (1 - o.pp_overlap), 0.0)
+
+    # ---- DP / ZeRO over the dp x cp ranks (stride t): gradients reduced, ZeRO shards.
+    # Under LoRA only the adapters' gradients and updates move; ZeRO-3 gathers the base.
+    n = d * c
+    grad_bytes, update_bytes, gather_bytes = sb.grad_bytes, sb.update_bytes, sb.gather_bytes
+    dp_span = t * n
+    dp_bps = _ring_bandwidth(dp_span, np.minimum(g // t, n), g, intra_bps, inter_bps)
+    dp_lat = np.where(dp_span <= g, o.intra_node_latency_s, inter_lat)
+
+    def rs(size):  # reduce-scatter or all-gather of a `size`-byte array
+        return np.where(n > 1, (n - 1) / n * size / dp_bps + (n - 1) * dp_lat, 0.0)
+
+    def exposed(comm, window):
+        return np.maximum(0.0, comm - o.dp_overlap * window)
+
+    # ZeRO-0: one all-reduce per step after the last backward. ZeRO-1: reduce-scatter,
+    # then all-gather the updated weights (hidden by the next forward). ZeRO-2: gradients
+    # are reduce-scattered every micro-batch. ZeRO-3: weights gathered for every
+    # micro-batch's forward and backward, gradients reduce-scattered (1.5x DP volume).
+    step_dp = np.select(
+        [zero == 0, zero == 1, zero == 2],
+        [exposed(2 * rs(grad_bytes), bwd_mb),
+         exposed(rs(grad_bytes), bwd_mb) + exposed(rs(update_bytes), fwd_mb),
+         exposed(rs(update_bytes), fwd_mb)], 0.0)
+    mb_dp = np.select(
+        [zero == 2, zero == 3],
+        [exposed(rs(grad_bytes), bwd_mb),
+         exposed(rs(gather_bytes), fwd_mb) + exposed(rs(gather_bytes) + rs(grad_bytes), bwd_mb)],
+        0.0)
+    traffic = np.select([zero == 0, zero == 1, zero == 2],
+                        [2 * rs(grad_bytes), rs(grad_bytes) + rs(update_bytes),
+                         m * rs(grad_bytes) + rs(update_bytes)],
+                        m * (2 * rs(gather_bytes) + rs(grad_bytes)))
+
+    # ---- Pipeline: every micro-batch crosses the busiest stage; (p-1)/v of a
+    # micro-batch's time is the bubble (interleaved 1F1B).
+    t_mb = compute_mb + tp_mb + cp_mb + pp_mb + mb_dp
+    bubble = t_mb * (p - 1) / v
+
+    # ---- Optimizer: read gradients, read/write master and states, write weights.
+    touched = _optimizer_bytes_per_param(r, opt, lora)
+    opt_params = sb.trainable / np.where(zero >= 1, n, 1)
+    optimizer_s = opt_params * touched / hbm_bps
+
+    step = t_mb * m + bubble + step_dp + optimizer_s + o.step_overhead_s
+    gpus = t * p * c * d
+    tokens_step = b * m * d * s
+    model_flops = training_flops_per_token(model, s, 'none', False, lora) * tokens_step
+    paper_per_mode = np.array([training_flops_per_token(model, s, mode, False, lora)
+                               for mode in RECOMPUTE_MODES])
+    hardware_flops = paper_per_mode[rc] * tokens_step
+    return StepTimeArrays(
+        compute_s=gemm_mb * m, elementwise_s=elementwise_mb * m, bubble_s=bubble,
+        tp_comm_s=tp_mb * m, cp_comm_s=cp_mb * m,
+        pp_comm_s=pp_mb * m, dp_comm_s=mb_dp * m + step_dp, optimizer_s=optimizer_s,
+        overhead_s=np.full(np.shape(step), o.step_overhead_s), step_time_s=step,
+        dp_traffic_s=traffic, efficiency=eta, gemm_flops=gemm, gpus=gpus,
+        tokens_per_step=tokens_step, tokens_per_s=tokens_step / step,
+        samples_per_s=b * m * d / step, model_flops_per_step=model_flops,
+        hardware_flops_per_step=hardware_flops,
+        mfu=model_flops / (step * gpus * peak), hfu=hardware_flops / (step * gpus * peak),
+        achieved_flops_per_gpu=hardware_flops / (step * gpus),
+        dequant_s=np.broadcast_to(dequant_mb * m, np.shape(step)).astype(float))
+
+
+# ---- time to train ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrainingLength:
+    """How much data a run sees: a token budget, or samples x epochs.
+
+    Attributes:
+        tokens: total training tokens (pretraining budgets are quoted this way).
+        samples: sequences in the data set (with ``epochs``).
+        epochs: passes over ``samples``.
+    """
+
+    tokens: float | None = None
+    samples: int | None = None
+    epochs: float = 1.0
+
+    def __post_init__(self) -> None:
+        if (self.tokens is None) == (self.samples is None):
+            raise InputError('--tokens', 'give either a token budget or samples x epochs')
+        if self.tokens is not None and not self.tokens > 0:
+            raise InputError('--tokens', f'must be positive, got {self.tokens!r}')
+        if self.samples is not None and not self.samples > 0:
+            raise InputError('--samples', f'must be positive, got {self.samples!r}')
+        if not self.epochs > 0:
+            raise InputError('--epochs', f'must be positive, got {self.epochs!r}')
+
+    def total_tokens(self, seq_len: int) -> float:
+        """Tokens processed over the whole run."""
+        if self.tokens is not None:
+            return float(self.tokens)
+        return float(self.samples) * self.epochs * seq_len  # type: ignore[arg-type]
+
+    def steps(self, global_batch_samples, seq_len: int) -> np.ndarray:
+        """Optimizer steps: epochs x samples / B, or tokens / (B x s) (fractional)."""
+        return self.total_tokens(seq_len) / (np.asarray(global_batch_samples, float) * seq_len)
+
+    def to_dict(self) -> dict[str, float | None]:
+        """JSON-ready."""
+        return {'tokens': self.tokens, 'samples': self.samples,
+                'epochs': self.epochs if self.samples is not None else None}
+
+
+@dataclass
+class TrainingTimeArrays:
+    """Wall time, GPU-hours and cost of a whole run per candidate.
+
+    ``time_per_epoch_s`` is NaN for a token budget (no epoch defined).
+    """
+
+    steps: np.ndarray
+    time_to_train_s: np.ndarray
+    time_per_epoch_s: np.ndarray
+    gpu_hours: np.ndarray
+    cost_usd: np.ndarray
+
+
+def training_time(step_time_s, global_batch_samples, seq_len: int, gpus,
+                  length: TrainingLength, price_per_gpu_hour_usd: float) -> TrainingTimeArrays:
+    """steps = data / B; wall = steps x step time; GPU-hours = wall x GPUs (DOMAIN.md §9).
+
+    The last, partial step is counted as a fraction, as Narayanan et al.'s
+    T_end2end = 8·T·P/(n·X) does.
+    """
+    step_time_s = np.asarray(step_time_s, float)
+    steps = length.steps(global_batch_samples, seq_len)
+    wall = steps * step_time_s
+    if length.samples is not None:
+        per_epoch = length.samples / np.asarray(global_batch_samples, float) * step_time_s
+    else:
+        per_epoch = np.full(np.shape(wall), math.nan)
+    gpu_hours = wall * np.asarray(gpus, float) / 3600.0
+    return TrainingTimeArrays(steps=np.broadcast_to(steps, np.shape(wall)), time_to_train_s=wall,
+                              time_per_epoch_s=per_epoch, gpu_hours=gpu_hours,
+                              cost_usd=gpu_hours * price_per_gpu_hour_usd)
+
+
+def step_time_from_throughput(flops_per_token: float, tokens_per_step: float, gpus: int,
+                              achieved_flops_per_gpu: float) -> float:
+    """Step time implied by a measured per-GPU throughput (X in Narayanan eq. 4)."""
+    return flops_per_token * tokens_per_step / (gpus * achieved_flops_per_gpu)
