@@ -1,0 +1,137 @@
+"""Stack configurations measured in benchmarks/stack_*.py and tests/stacks, with batchfit flags.
+
+Every configuration has two sets of batchfit arguments (``TrainingSetup`` keyword
+arguments, which the CLI spells ``--name value`` with ``_`` as ``-``):
+
+* ``today``: the layout pinned and batchfit's defaults otherwise, as on main before
+  stacks exist (one global ``--framework {hf,megatron}`` and the ``amp-bf16`` recipe);
+* ``target``: the same layout with the stack named by ``--framework`` alone, once the
+  stacks land (``planner/stacks``, issue 15).
+
+:func:`setup_kwargs` picks one set; ``BATCHFIT_FLAGS=target`` in the environment (or the
+``--flags target`` option of the benchmarks) switches every comparison at once. Until the
+stacks land, a ``target`` value the core does not accept makes the comparison report the
+row as not reachable instead of crashing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+FLAG_SETS: tuple[str, ...] = ('today', 'target')
+
+# A small Llama-3 shape, the same for torchtitan's Transformer (TransformerModelArgs) and
+# transformers' LlamaForCausalLM (LlamaConfig). FFN 768 = torchtitan's rounding of
+# int(2 * 4 * 256 / 3) = 682 up to multiple_of 256 (torchtitan/models/llama3/model/model.py,
+# FeedForward). Untied embeddings, RMSNorm, no biases in both.
+SMALL_LLAMA: dict[str, Any] = {
+    'model_type': 'llama', 'hidden_size': 256, 'num_hidden_layers': 4,
+    'num_attention_heads': 8, 'num_key_value_heads': 4, 'intermediate_size': 768,
+    'vocab_size': 2048, 'max_position_embeddings': 256, 'tie_word_embeddings': False,
+    'rms_norm_eps': 1e-5, 'hidden_act': 'silu',
+}
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """One measured configuration: how the real framework is run, and batchfit's flags.
+
+    Attributes:
+        name: a short id (test ids, benchmark rows).
+        stack: the stack that runs it, as ``--framework`` will name it.
+        wrapping: ``fsdp2`` (torchtitan's ``apply_fsdp``, optionally after ``apply_tp``),
+            ``fsdp2-pp`` (torchtitan's stage split, FSDP2 without reshard after forward,
+            1F1B on the first stage) or ``ddp`` (transformers' Llama in torch DDP under
+            ``torch.autocast``).
+        dp, tp, pp: the mesh (``dp`` is the FSDP sharding degree, or DDP's size).
+        microbatches: micro-batches per step (the gradient accumulation steps under PP).
+        seq_len, micro_batch: tokens per sequence, sequences per micro-batch.
+        fake: measured under FakeTensorMode (no allocation); False: a real allocating
+            CPU run on the fake process group.
+        today, target: batchfit's ``TrainingSetup`` arguments, see the module docstring.
+        tolerance: the relative error of batchfit's tensor peak that a test accepts.
+        gap_today: why batchfit today is outside ``tolerance`` (empty: it is inside);
+            names the xfail of tests/stacks.
+    """
+
+    name: str
+    stack: str
+    wrapping: str
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    microbatches: int = 1
+    seq_len: int = 256
+    micro_batch: int = 2
+    fake: bool = True
+    today: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
+    tolerance: float = 0.10
+    gap_today: str = ''
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of the fake process group."""
+        return self.dp * self.tp * self.pp
+
+
+def _layout(c: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in c.items() if k in ('dp', 'tp', 'pp', 'zero', 'grad_accum')}
+
+
+CONFIGS: tuple[StackConfig, ...] = (
+    StackConfig(
+        'fsdp2-zero3-d2', 'torchtitan', 'fsdp2', dp=2,
+        today={'dp': 2, 'zero': 3},
+        target={'dp': 2, 'zero': 3, 'framework': 'torchtitan'},
+        gap_today='amp-bf16 charges autocast copies and an fp32 residual stream; FSDP2 '
+                  'MixedPrecisionPolicy gathers bf16 weights and runs a bf16 residual'),
+    StackConfig(
+        'fsdp2-zero3-d4', 'torchtitan', 'fsdp2', dp=4,
+        today={'dp': 4, 'zero': 3},
+        target={'dp': 4, 'zero': 3, 'framework': 'torchtitan'},
+        gap_today='as fsdp2-zero3-d2'),
+    StackConfig(
+        'fsdp2-tp2-d2', 'torchtitan', 'fsdp2', dp=2, tp=2,
+        today={'dp': 2, 'tp': 2, 'zero': 3},
+        target={'dp': 2, 'tp': 2, 'zero': 3, 'framework': 'torchtitan'},
+        gap_today='as fsdp2-zero3-d2, with TP+SP and a vocab-parallel loss'),
+    StackConfig(
+        'fsdp2-pp2-d2', 'torchtitan', 'fsdp2-pp', dp=2, pp=2, microbatches=4,
+        today={'dp': 2, 'pp': 2, 'zero': 3, 'grad_accum': 4},
+        target={'dp': 2, 'pp': 2, 'zero': 3, 'grad_accum': 4, 'framework': 'torchtitan'},
+        gap_today='under PP torchtitan keeps the bf16 stage parameters gathered '
+                  '(no reshard after forward) and fp32 unsharded accumulated grads'),
+    StackConfig(
+        'ddp-autocast-d2', 'hf', 'ddp', dp=2, fake=False,
+        today={'dp': 2},
+        target={'dp': 2, 'framework': 'hf'}),
+)
+
+
+def setup_kwargs(config: StackConfig, flags: str | None = None) -> dict[str, Any]:
+    """batchfit's ``TrainingSetup`` arguments for ``config`` under the flag set ``flags``.
+
+    ``flags`` defaults to ``$BATCHFIT_FLAGS`` or ``today``.
+    """
+    flags = flags or os.environ.get('BATCHFIT_FLAGS', 'today')
+    if flags not in FLAG_SETS:
+        raise ValueError(f'flag set {flags!r}: allowed {", ".join(FLAG_SETS)}')
+    chosen = config.today if flags == 'today' else config.target
+    return {'seq_len': config.seq_len, 'micro_batch': config.micro_batch, **chosen}
+
+
+def cli_flags(kwargs: dict[str, Any]) -> str:
+    """The ``batchfit estimate`` flags for ``TrainingSetup`` arguments."""
+    names = {'grad_accum': 'grad-accum', 'micro_batch': 'micro-batch', 'seq_len': 'seq-len'}
+    gpus = 1
+    for key in ('dp', 'tp', 'pp', 'cp'):
+        gpus *= int(kwargs.get(key, 1))
+    parts = [f'--gpus-per-node {gpus}']  # the CLI takes the GPU count; dp follows from it
+    for key, value in kwargs.items():
+        if key == 'dp':
+            continue
+        parts.append(f'--{names.get(key, key.replace("_", "-"))} {value}')
+    return ' '.join(parts)
