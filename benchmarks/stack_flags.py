@@ -104,8 +104,10 @@ CONFIGS: tuple[StackConfig, ...] = (
         target={'dp': 2, 'pp': 2, 'zero': 3, 'grad_accum': 4, 'framework': 'torchtitan'},
         gap_today='under PP torchtitan keeps the bf16 stage parameters gathered '
                   '(no reshard after forward) and fp32 unsharded accumulated grads'),
+    # A real allocating run (DDP's reducer needs real storage); sequence 64 because CPU
+    # bf16 autocast is slow on a CPU without bf16 instructions (about 25 s at 256).
     StackConfig(
-        'ddp-autocast-d2', 'hf', 'ddp', dp=2, fake=False,
+        'ddp-autocast-d2', 'hf', 'ddp', dp=2, fake=False, seq_len=64,
         today={'dp': 2},
         target={'dp': 2, 'framework': 'hf'}),
 )
@@ -135,3 +137,50 @@ def cli_flags(kwargs: dict[str, Any]) -> str:
             continue
         parts.append(f'--{names.get(key, key.replace("_", "-"))} {value}')
     return ' '.join(parts)
+
+
+@dataclass(frozen=True)
+class MegatronCase:
+    """A Megatron layout for benchmarks/stack_megatron.py (the formulas need no run).
+
+    ``today``: Megatron's knobs in today's vocabulary (``--framework megatron`` for its
+    kernels, ``--precision bf16-mixed`` for its 18 B/param, ``--zero 1`` for the
+    distributed optimizer, ``--recompute selective``); ``target``: ``--framework megatron``
+    implying its recipe, with the recompute and distributed optimizer as Megatron's own
+    switches.
+    """
+
+    name: str
+    model: str
+    seq_len: int
+    micro_batch: int
+    tp: int
+    pp: int
+    dp: int
+    microbatches: int
+    vpp: int = 1
+    today: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
+
+
+def _megatron(name: str, model: str, seq_len: int, micro_batch: int, tp: int, pp: int,
+              dp: int, microbatches: int, vpp: int = 1) -> MegatronCase:
+    layout = {'tp': tp, 'pp': pp, 'dp': dp, 'vpp': vpp, 'grad_accum': microbatches,
+              'zero': 1, 'recompute': 'selective'}
+    return MegatronCase(name, model, seq_len, micro_batch, tp, pp, dp, microbatches, vpp,
+                        today={**layout, 'framework': 'megatron', 'precision': 'bf16-mixed'},
+                        target={**layout, 'framework': 'megatron'})
+
+
+# Layouts from Narayanan et al. 2021 (Table 1: GPT-3 175B on 1024 A100 at TP8 PP8) and
+# Korthikanti et al. 2022 (Table 3: 22B TP8 PP1, 175B TP8 PP8, 530B TP8 PP35, 1T TP8 PP64,
+# micro-batch 4, 1, 1, 1, sequence 2048).
+MEGATRON_CASES: tuple[MegatronCase, ...] = (
+    _megatron('megatron-22b tp8', 'megatron-22b', 2048, 4, tp=8, pp=1, dp=1, microbatches=1),
+    _megatron('megatron-175b tp8 pp8', 'megatron-175b', 2048, 1, tp=8, pp=8, dp=8,
+              microbatches=64),
+    _megatron('megatron-530b tp8 pp35', 'megatron-530b', 2048, 1, tp=8, pp=35, dp=1,
+              microbatches=280),
+    _megatron('llama-3.1-70b tp8 pp4', 'llama-3.1-70b', 8192, 1, tp=8, pp=4, dp=4,
+              microbatches=32, vpp=5),
+)

@@ -25,9 +25,11 @@ global-shape temporaries are counted: for a ``foreach`` AdamW step over DTensors
 list argument of the whole model at global size, about 3.5 x the global parameter bytes
 in fp32 (about 14 x the optimizer states at 8 ranks). :func:`private_propagation_mode`
 makes the propagation use its own FakeTensorMode, so MemTracker skips it again, as it does
-in a real run. :func:`measure` with ``fake=False`` (a real allocating run on the same fake
-process group) gives the same peak to the byte on the configurations checked
-(tests/stacks/test_fake_vs_real.py).
+in a real run. DTensor caches its propagation per op schema (in C++ too), so the artifact
+shows only the first time an op is seen in a process: ``python -m tests.stacks.fake_pg
+--artifact NAME`` measures it in a fresh process. :func:`measure` with ``fake=False`` (a
+real allocating run on the same fake process group) gives the same peak to the byte on
+the configurations checked (tests/stacks/test_stack_memory.py).
 """
 
 from __future__ import annotations
@@ -388,3 +390,24 @@ def _run_ddp(config: StackConfig, mode):
         peak, by_cat = _snapshot(tracker)
         return (peak, by_cat, _state_bytes(optimizer), _local_bytes(model.parameters()),
                 n_global)
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``--artifact NAME``: one configuration without the fix, in this fresh process (JSON)."""
+    import argparse
+    import json
+
+    from benchmarks.stack_flags import CONFIGS
+
+    parser = argparse.ArgumentParser(description=_main.__doc__)
+    parser.add_argument('--artifact', required=True, choices=[c.name for c in CONFIGS])
+    args = parser.parse_args(argv)
+    config = next(c for c in CONFIGS if c.name == args.artifact)
+    got = measure(config, fix_propagation=False)
+    print(json.dumps({'peak_bytes': got.peak_bytes, 'by_category': got.peak_by_category,
+                      'optimizer_state_bytes': got.optimizer_state_bytes}))
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(_main())
