@@ -184,3 +184,31 @@ MEGATRON_CASES: tuple[MegatronCase, ...] = (
     _megatron('llama-3.1-70b tp8 pp4', 'llama-3.1-70b', 8192, 1, tp=8, pp=4, dp=4,
               microbatches=32, vpp=5),
 )
+
+
+@dataclass(frozen=True)
+class DeepSpeedCase:
+    """A DeepSpeed ZeRO configuration for benchmarks/stack_deepspeed.py.
+
+    ``today``: DeepSpeed's bf16 optimizer in today's vocabulary (``--precision
+    bf16-mixed``: bf16 weights, fp32 master and Adam states); ``target``: ``--framework
+    deepspeed`` implying its recipe.
+    """
+
+    model: str
+    stage: int
+    gpus: int
+    today: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
+
+
+def _deepspeed(model: str, stage: int, gpus: int) -> DeepSpeedCase:
+    layout = {'dp': gpus, 'zero': stage}
+    return DeepSpeedCase(model, stage, gpus, today={**layout, 'precision': 'bf16-mixed'},
+                         target={**layout, 'framework': 'deepspeed'})
+
+
+DEEPSPEED_CASES: tuple[DeepSpeedCase, ...] = tuple(
+    _deepspeed(model, stage, gpus)
+    for model in ('small', 'llama-3.1-8b', 'llama-3.1-70b')
+    for stage in (2, 3) for gpus in (8, 64))
