@@ -212,3 +212,43 @@ DEEPSPEED_CASES: tuple[DeepSpeedCase, ...] = tuple(
     _deepspeed(model, stage, gpus)
     for model in ('small', 'llama-3.1-8b', 'llama-3.1-70b')
     for stage in (2, 3) for gpus in (8, 64))
+
+
+# ---- published runs (tests/stacks/data/published_runs.toml) ----------------------------------
+# A stack's recompute words in today's vocabulary: torchtitan's op-level selective AC has no
+# counterpart today, the nearest is Megatron's core-attention 'selective'.
+TODAY_RECOMPUTE = {'selective-op': 'selective', 'selective': 'selective', 'full': 'full',
+                   'none': 'none'}
+
+
+def published_flags(run: dict[str, Any], flags: str | None = None) -> dict[str, Any]:
+    """batchfit's search arguments (``PlanRequest`` fields) for a published run.
+
+    ``today``: the layout pinned, ``--framework megatron`` for Megatron runs (else ``hf``),
+    Megatron's ``bf16-mixed`` recipe for its runs and batchfit's default otherwise,
+    ``fp8`` for fp8 runs, ZeRO-3 for FSDP runs and ZeRO-1 (the distributed optimizer) for
+    Megatron's, the recompute in today's words. ``target``: ``--framework <stack>`` with the
+    stack's own recompute word and its time options (compile, async TP), nothing else.
+    """
+    flags = flags or os.environ.get('BATCHFIT_FLAGS', 'today')
+    if flags not in FLAG_SETS:
+        raise ValueError(f'flag set {flags!r}: allowed {", ".join(FLAG_SETS)}')
+    stack = run['stack']
+    attention = run.get('attention', 'flash')
+    megatron = stack == 'megatron'
+    zero = 3 if run.get('dp_shard') else (1 if megatron else 0)  # part of the layout
+    if flags == 'target':
+        out: dict[str, Any] = {'framework': stack, 'recompute_modes': (run['recompute'],),
+                               'attention': attention, 'zero_stages': (zero,)}
+        if run['precision'] == 'fp8':
+            out['precision'] = 'fp8'
+        if run.get('compile'):
+            out['compile'] = True
+        if run.get('async_tp'):
+            out['async_tp'] = True
+        return out
+    precision = ('fp8' if run['precision'] == 'fp8'
+                 else 'bf16-mixed' if megatron else 'amp-bf16')
+    return {'framework': 'megatron' if megatron else 'hf', 'precision': precision,
+            'zero_stages': (zero,), 'recompute_modes': (TODAY_RECOMPUTE[run['recompute']],),
+            'attention': attention}
