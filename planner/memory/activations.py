@@ -617,7 +617,19 @@ def edge_bytes(m: ModelSpec, r: PrecisionRecipe, loss: str, b, s, t, c, sp,
         temps = (4.0 + res if r.autocast else 2 * res) if layernorm else 20.0
         norm_bwd = final_norm + temps * tokens * h / hidden_div
     labels = 3 * 8.0 * tokens  # int64 labels, and the shifted copy the loss keeps
-    if loss == 'megatron':
+    if loss == 'chunked':
+        # Liger's fused linear cross-entropy (linkedin/Liger-Kernel,
+        # src/liger_kernel/ops/fused_linear_cross_entropy.py): the head and the loss run
+        # chunk by chunk in forward, ceil(BT / ceil(V / h)) rows (rounded up to a power
+        # of two: up to about 2·tokens·h logits) at a time, the gradients written then:
+        # the head input's (kept to backward) and the head weight's (weight-sized, in the
+        # weight's dtype, kept to backward). No b·s·V tensor exists. From the source; not
+        # measured here (its kernels need a GPU).
+        saved = (final_norm + head_input + labels + e * tokens * h / hidden_div
+                 + r.weight_bytes * v * h / t)
+        fwd_peak = 2 * 4.0 * tokens * h / hidden_div  # one chunk's logits, upcast in-kernel
+        bwd_peak = 0.0 * tokens  # the saved gradients are scaled in place
+    elif loss == 'megatron':
         # Vocab-parallel CE keeps fp32 logits (softmax written in place) per TP shard.
         saved = final_norm + head_input + labels + 4.0 * tokens * v / t
         fwd_peak = e * tokens * v / t
