@@ -95,8 +95,15 @@ def main() -> int:
     for case in HF_CASES:
         if args.only not in case.id:
             continue
-        row = evaluate(case, previous.get(case.id))
+        try:
+            row = evaluate(case, previous.get(case.id))
+        except Exception as exc:  # noqa: BLE001 - report the case and go on
+            print(f'{case.id}: FAILED {type(exc).__name__}: {exc}', flush=True)
+            continue
         rows.append(row)
+        if args.json:  # after every case, so an interrupted run keeps what it measured
+            with open(args.json, 'w', encoding='utf-8') as f:
+                json.dump(rows, f, indent=1)
         print(f"{row['case']:58} {row['measured_bytes'] / MB:9.3f} {row['measured_phase']:9}"
               f" {row['batchfit_bytes'] / MB:9.3f} {row['error']:+7.2%}"
               f" {row['batchfit_phase']:15} {'fit' if row['fitted'] else ''}", flush=True)
