@@ -38,7 +38,12 @@ from planner.memory.activations import (
     lora_scores_moment,
 )
 from planner.memory.model_outputs import model_output_bytes
-from planner.memory.model_states import OFFLOAD_CODES, model_state_bytes, stage_params
+from planner.memory.model_states import (
+    OFFLOAD_CODES,
+    hf_uncast_expert_matmul,
+    model_state_bytes,
+    stage_params,
+)
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
@@ -424,6 +429,8 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
         casting = r.autocast
         head_cast = e * params.head_matmul if casting else np.zeros(())
         layer_cast = e * params.layer_matmul if casting else np.zeros(())
+        if casting and model.moe is not None and opts.framework == 'hf':
+            layer_cast = layer_cast - e * hf_uncast_expert_matmul(model, cfg.tp, cfg.ep)
         cached_casts = head_cast + layer_cast * sh.layers * inflight
         stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers * inflight)
         bottom_cast = layer_cast
