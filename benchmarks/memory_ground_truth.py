@@ -17,6 +17,7 @@ model type and over the cases fitted on and held out (``hf_cases.FITTED``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -54,8 +55,8 @@ def llm_analysis_column(rows: list[dict], python: str) -> None:
         if case.lora is not None:
             continue
         spec, setup = case.spec(), case.setup()
-        payload.append({'case': case.id, 'spec': spec.to_dict() if hasattr(spec, 'to_dict')
-                        else None, 'setup': setup.to_dict()})
+        payload.append({'case': case.id, 'spec': dataclasses.asdict(spec),
+                        'setup': {**setup.to_dict(), 'loss': setup.loss}})
     out = subprocess.run([python, '-m', 'benchmarks.llm_analysis_column'],
                          input=json.dumps(payload), capture_output=True, text=True,
                          check=True)
