@@ -15,7 +15,7 @@ import sys
 
 from benchmarks.memory_accuracy import PEAK_FIELD, llm_analysis_run
 from planner.memory.training import TrainingSetup
-from planner.models.spec import MoESpec, ModelSpec
+from planner.models.spec import ModelSpec, MoESpec
 
 
 def main() -> int:
