@@ -83,6 +83,7 @@ def main() -> int:
     parser.add_argument('--measured', help='reuse the measurements of this --json output')
     parser.add_argument('--only', default='', help='substring of case ids to run')
     parser.add_argument('--llm-analysis-python', help='interpreter with llm-analysis')
+    parser.add_argument('--markdown', help='write the tables for docs/BENCHMARKS.md here')
     args = parser.parse_args()
     previous = {}
     if args.measured:
@@ -122,7 +123,38 @@ def main() -> int:
     if args.json:
         with open(args.json, 'w', encoding='utf-8') as f:
             json.dump(rows, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, 'w', encoding='utf-8') as f:
+            f.write(markdown(rows))
     return 0
+
+
+def _pct(row: dict, key: str) -> str:
+    return f'{row[key]:+.2%}' if key in row else ''
+
+
+def markdown(rows: list[dict]) -> str:
+    """Every case, then a summary per model type and over fitted / held-out cases."""
+    lines = ['| case | set | measured MB | phase | batchfit MB | err | llm-analysis MB | err |',
+             '|---|---|---:|---|---:|---:|---:|---:|']
+    for r in rows:
+        lla = f"{r['llm_analysis_bytes'] / MB:.2f}" if 'llm_analysis_bytes' in r else 'n/a'
+        lines.append(f"| {r['case']} | {'fitted' if r['fitted'] else 'held out'} | "
+                     f"{r['measured_bytes'] / MB:.3f} | {r['measured_phase']} | "
+                     f"{r['batchfit_bytes'] / MB:.3f} | {_pct(r, 'error')} | {lla} | "
+                     f"{_pct(r, 'llm_analysis_error')} |")
+    lines += ['', '| model type | batchfit | llm-analysis |', '|---|---|---|']
+    by_type = defaultdict(list)
+    for row in rows:
+        by_type[row['model_type']].append(row)
+    for model_type, group in by_type.items():
+        lines.append(f'| {model_type} | {summary(group)} | '
+                     f"{summary(group, 'llm_analysis_error')} |")
+    lines += ['', f"Fitted: {summary([r for r in rows if r['fitted']])}.",
+              f"Held out: {summary([r for r in rows if not r['fitted']])}.",
+              f"llm-analysis, every case it can express: "
+              f"{summary(rows, 'llm_analysis_error')}.", '']
+    return '\n'.join(lines)
 
 
 if __name__ == '__main__':
