@@ -12,11 +12,12 @@ from dataclasses import dataclass, field, fields, replace
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.models.spec import ModelSpec
+from planner.stacks import STACK_KEYS, STACKS
 
 RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')
 OFFLOAD_MODES: tuple[str, ...] = ('none', 'optimizer', 'params')
 ATTENTION_KINDS: tuple[str, ...] = ('flash', 'eager')
-FRAMEWORKS: tuple[str, ...] = ('hf', 'megatron')
+FRAMEWORKS: tuple[str, ...] = STACK_KEYS  # the stacks (planner.stacks)
 LORA_TARGETS: tuple[str, ...] = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
 
 
@@ -129,8 +130,8 @@ class TrainingSetup:
     sequence_parallel: bool = True  # only matters when tp > 1
     recompute: str = 'none'
     attention: str = 'flash'
-    framework: str = 'hf'  # whose kernels save which tensors
-    loss: str = ''  # 'hf' or 'megatron'; empty: the framework's own
+    framework: str = 'hf'  # the stack (planner.stacks): kernels, loss, states
+    loss: str = ''  # 'hf' or 'megatron'; empty: the stack's own
     lora: LoraSpec | None = None
     foreach: bool = True  # torch.optim's multi-tensor step (the CUDA default)
     zero3_prefetch_layers: int = 1  # layers gathered ahead of the current one
@@ -163,7 +164,7 @@ class TrainingSetup:
     @property
     def loss_kind(self) -> str:
         """The loss implementation whose buffers are counted."""
-        return self.loss or self.framework
+        return self.loss or STACKS[self.framework].loss
 
     @property
     def world_size(self) -> int:
