@@ -160,6 +160,24 @@ class MemoryArrays:
                      else pick(value))
             for f in fields(self) for value in [getattr(self, f.name)]})
 
+    def __len__(self) -> int:
+        return int(np.size(self.total_bytes))
+
+    @staticmethod
+    def concatenate(parts: list[MemoryArrays]) -> MemoryArrays:
+        """Several grids' memory, one after the other (flat arrays; a part missing from
+        one grid's ``components`` counts 0 there)."""
+        flat = [p.take(np.arange(np.size(p.total_bytes))) for p in parts]
+
+        def join(name: str):
+            values = [getattr(p, name) for p in flat]
+            if isinstance(values[0], dict):
+                keys = dict.fromkeys(k for v in values for k in v)
+                return {k: np.concatenate([v.get(k, np.zeros(np.size(p.total_bytes)))
+                                           for v, p in zip(values, flat)]) for k in keys}
+            return np.concatenate(values)
+        return MemoryArrays(**{f.name: join(f.name) for f in fields(MemoryArrays)})
+
 
 def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
                     overheads: Overheads | None = None, parts: bool = True) -> MemoryArrays:

@@ -164,6 +164,12 @@ class StepTimeArrays:
     dequant_s: np.ndarray
     ep_comm_s: np.ndarray = field(default_factory=lambda: np.zeros(()))
 
+    def take(self, rows: np.ndarray) -> StepTimeArrays:
+        """The candidates at ``rows`` (flat arrays)."""
+        shape = np.shape(self.step_time_s)
+        return StepTimeArrays(**{f.name: np.broadcast_to(getattr(self, f.name), shape)[rows]
+                                 for f in fields(self)})
+
     @staticmethod
     def concatenate(parts: list[StepTimeArrays]) -> StepTimeArrays:
         """The step times of several grids, one after the other (flat arrays)."""
