@@ -432,7 +432,7 @@ def _per_mode(layout: LayoutArrays, compute, concatenate):
     if present.size <= 1:
         return compute(int(present[0]) if present.size else 0, layout)
     groups = [np.flatnonzero(codes == k) for k in present]
-    parts = [compute(int(k), layout.take(rows)) for k, rows in zip(present, groups)]
+    parts = [compute(int(k), layout.take(rows)) for k, rows in zip(present, groups, strict=True)]
     joined = concatenate(parts)
     order = np.empty(len(layout), np.intp)
     order[np.concatenate(groups)] = np.arange(len(layout))

@@ -35,7 +35,8 @@ def _rows_of(result, c):
     lay, gpus = result.layout, np.asarray(result.step.gpus)
     modes = [k for k, m in enumerate(result.request.plan_modes())
              if (m.stack, m.precision) == (c.framework, c.precision)]
-    same = (np.isin(lay.mode, modes) & (lay.ep == c.ep) & (gpus == c.gpus) & (lay.tp == c.tp) & (lay.pp == c.pp) & (lay.vpp == c.vpp)
+    same = (np.isin(lay.mode, modes) & (lay.ep == c.ep) & (gpus == c.gpus)
+            & (lay.tp == c.tp) & (lay.pp == c.pp) & (lay.vpp == c.vpp)
             & (lay.cp == c.cp) & (lay.zero == c.zero)
             & (lay.recompute == RECOMPUTE_MODES.index(c.recompute)))
     return np.flatnonzero(same)

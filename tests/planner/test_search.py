@@ -16,7 +16,6 @@ from planner.hardware.catalog import find_gpu, find_interconnect
 from planner.memory.peak import MemoryOptions, estimate
 from planner.memory.training import LoraSpec, TrainingSetup
 from planner.models.presets import find_preset
-from planner.stacks import STACKS
 from planner.plans.search import (
     STATUS_NO_FACTORISATION,
     STATUS_NO_FIT,
@@ -29,6 +28,7 @@ from planner.plans.search import (
     pareto_front,
     search,
 )
+from planner.stacks import STACKS
 from planner.timing.step_time import RECOMPUTE_MODES, TrainingLength
 
 H100 = 'h100-sxm'
