@@ -173,8 +173,9 @@ class MemoryArrays:
             values = [getattr(p, name) for p in flat]
             if isinstance(values[0], dict):
                 keys = dict.fromkeys(k for v in values for k in v)
+                pairs = list(zip(values, flat, strict=True))
                 return {k: np.concatenate([v.get(k, np.zeros(np.size(p.total_bytes)))
-                                           for v, p in zip(values, flat, strict=True)]) for k in keys}
+                                           for v, p in pairs]) for k in keys}
             return np.concatenate(values)
         return MemoryArrays(**{f.name: join(f.name) for f in fields(MemoryArrays)})
 
