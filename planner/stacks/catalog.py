@@ -78,7 +78,7 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
                    'deepspeedai/DeepSpeed deepspeed/runtime/bf16_optimizer.py')),
     Stack(key='torchtitan', label='torchtitan', description='FSDP2/HSDP x TP x PP x CP x EP, '
           'bf16 parameters with fp32 reduction, no autocast',
-          modes=(_DDP_TITAN, _FSDP_TITAN), precisions=('fsdp-bf16', 'fp8', 'fp32'),
+          modes=(_DDP_TITAN, _FSDP_TITAN), precisions=('fsdp-bf16', 'fp32'),
           recompute={'none': 'none', 'selective': 'selective (op-level SAC)', 'full': 'full'},
           kernels='hf', loss='hf', tensor_parallel=True, pipeline_parallel=True,
           virtual_stages=True, context_parallel=True, expert_parallel=True,

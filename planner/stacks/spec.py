@@ -146,6 +146,22 @@ class Stack:
                              f'{",".join(recompute_modes)}', ', '.join(
                                  f'{k} ({v})' for k, v in self.recompute.items()))
 
+    def check_layout(self, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1,
+                     ep: int = 1, zero: int = 0) -> None:
+        """Raise InputError when this stack does not run the layout."""
+        axes = (('--tp', tp, self.tensor_parallel), ('--pp', pp, self.pipeline_parallel),
+                ('--vpp', vpp, self.virtual_stages), ('--cp', cp, self.context_parallel),
+                ('--ep', ep, self.expert_parallel))
+        for flag, value, runs in axes:
+            if value > 1 and not runs:
+                raise InputError(flag, f'the {self.key} stack does not run {flag[2:]} > 1', '1')
+        if pp > 1 and zero not in self.zero_with_pp:
+            raise InputError('--zero', f'the {self.key} stack does not run ZeRO {zero} with a '
+                             'pipeline', ', '.join(map(str, self.zero_with_pp)) or 'no PP')
+        if zero == 0 and not self.zero0_with_split and tp * pp * cp > 1:
+            raise InputError('--zero', f'the {self.key} stack composes TP/PP/CP with FSDP '
+                             '(ZeRO 2-3), not with replicated DDP', '2, 3')
+
     def to_dict(self) -> dict[str, object]:
         """JSON-ready summary (for ``--json`` and the app)."""
         return {'key': self.key, 'label': self.label, 'description': self.description,
