@@ -184,5 +184,7 @@ def test_gpt3_175b_with_no_flags_plans_a_megatron_class_layout_in_15_to_45_days(
     best = search(req).best
     assert best is not None
     assert best.framework in ('megatron', 'deepspeed')
-    assert best.tp > 1 and best.pp > 1 and best.zero <= 1
+    assert best.tp > 1
+    assert best.pp > 1
+    assert best.zero <= 1
     assert 15 <= best.time_to_train_s / SECONDS_PER_DAY <= 45
