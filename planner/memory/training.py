@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.models.spec import ModelSpec
+from planner.stacks import STACK_KEYS, STACKS
 
 RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')
 OFFLOAD_MODES: tuple[str, ...] = ('none', 'optimizer', 'params')
@@ -21,7 +22,7 @@ LOOPS: tuple[str, ...] = ('keep-outputs', 'trainer')  # the first needs more mem
 # chunked / fused one (Liger), Megatron's vocab-parallel one ('vocab-parallel' is
 # 'megatron' under its kernel's name).
 LOSSES: tuple[str, ...] = ('', 'hf', 'chunked', 'vocab-parallel', 'megatron')
-FRAMEWORKS: tuple[str, ...] = ('hf', 'megatron')
+FRAMEWORKS: tuple[str, ...] = STACK_KEYS  # the stacks (planner.stacks)
 LORA_TARGETS: tuple[str, ...] = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
 
 
@@ -134,8 +135,8 @@ class TrainingSetup:
     sequence_parallel: bool = True  # only matters when tp > 1
     recompute: str = 'none'
     attention: str = 'flash'
-    framework: str = 'hf'  # whose kernels save which tensors
-    loss: str = ''  # 'hf' or 'megatron'; empty: the framework's own
+    framework: str = 'hf'  # the stack (planner.stacks): kernels, loss, states
+    loss: str = ''  # 'hf' or 'megatron'; empty: the stack's own
     lora: LoraSpec | None = None
     foreach: bool = True  # torch.optim's multi-tensor step (the CUDA default)
     zero3_prefetch_layers: int = 1  # layers gathered ahead of the current one
@@ -174,7 +175,7 @@ class TrainingSetup:
     @property
     def loss_kind(self) -> str:
         """The loss implementation whose buffers are counted."""
-        return resolve_loss(self.loss, self.framework)
+        return resolve_loss(self.loss, STACKS[self.framework].loss)
 
     @property
     def world_size(self) -> int:
@@ -204,9 +205,9 @@ class TrainingSetup:
         return out
 
 
-def resolve_loss(loss: str, framework: str) -> str:
-    """The loss whose buffers are counted: the chosen one, else the framework's."""
-    loss = loss or framework
+def resolve_loss(loss: str, stack_loss: str) -> str:
+    """The loss whose buffers are counted: the chosen one, else the stack's own."""
+    loss = loss or stack_loss
     return 'megatron' if loss == 'vocab-parallel' else loss
 
 
