@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -31,55 +30,70 @@ EXIT_NO_PLAN = 1
 PLAN_SCHEMA = 'batchfit.plan-result/1'  # plan files are 'batchfit.plan/N'
 PARETO_ROWS = 8
 SECONDS_PER_DAY = 86_400.0
-_SUFFIXES = {'': 1, 'k': 1e3, 'm': 1e6, 'b': 1e9, 'g': 1e9, 't': 1e12}
-_COUNT_RE = re.compile(r'([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)([kmbgt]?)')
 
 
 # ---- argument types ---------------------------------------------------------------------
 
 def count(flag: str, integer: bool = True):
-    """An argparse type for a positive count: ``4096``, ``4_194_304``, ``2e12``, ``300B``.
+    """An argparse type for a count in the flag's range (:mod:`planner.limits`):
+    ``4096``, ``4_194_304``, ``2e12``, ``300B``, ``4M``, ``4Mi``.
 
-    Suffixes are decimal (k 1e3, M 1e6, B/G 1e9, T 1e12); an integer count must come
-    out whole.
+    Suffixes k, M, B/G, T are powers of ten; Ki, Mi, Gi, Ti powers of two. Counts are
+    parsed exactly (no float round trip).
     """
-    def parse(text: str) -> float:
-        match = _COUNT_RE.fullmatch(text.replace('_', '').replace(',', '').strip().lower())
-        if not match:
-            raise argparse.ArgumentTypeError(
-                f'{text!r} is not a count (allowed: e.g. 4096, 2e12, 300B, 4M)')
-        value = float(match[1]) * _SUFFIXES[match[2]]
-        if not value > 0 or not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f'{text!r} must be positive')
-        if integer:
-            if value != int(value):
-                raise argparse.ArgumentTypeError(f'{text!r} is not a whole number')
-            return int(value)
-        return value
-    return parse
+    from planner.cli.main import limited
+
+    return limited(flag)
 
 
 def positive_number(flag: str):
-    """An argparse type for a number > 0 (or >= 0 for prices)."""
-    def parse(text: str) -> float:
+    """An argparse type for a number in the flag's range (:mod:`planner.limits`)."""
+    from planner.cli.main import limited
+
+    return limited(flag)
+
+
+class GlobalBatchAction(argparse.Action):
+    """``--global-batch 1024`` (sequences), ``1kseq``, ``4Mtok`` (tokens): the unit
+    decides which of ``global_batch`` / ``global_batch_tokens`` is set; a size suffix
+    without a unit (``4M``) is refused as ambiguous."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from planner.cli.main import _reason
+        from planner.limits import LimitError, parse_global_batch
+
         try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and flag != '--price'):
-            raise argparse.ArgumentTypeError(f'{text!r} must be positive')
-        return value
-    return parse
+            value, unit = parse_global_batch(str(values))
+        except LimitError as exc:
+            parser.error(f'argument {option_string}: {_reason(exc)}')
+        setattr(namespace, 'global_batch_tokens' if unit == 'tokens' else 'global_batch',
+                value)
 
 
 def int_list(flag: str, allowed: tuple[int, ...] | None = None):
-    """An argparse type for a comma-separated list of positive integers."""
-    def parse(text: str) -> tuple[int, ...]:
-        try:
-            values = tuple(int(part) for part in text.split(',') if part.strip())
-        except ValueError:
+    """An argparse type for a comma-separated list of whole numbers (each in the flag's
+    range of :mod:`planner.limits`, or from ``allowed``)."""
+    from planner.limits import RANGES, LimitError, key_of, parse
+
+    key = key_of(flag)
+
+    def one(part: str) -> int:
+        if key in RANGES and allowed is None:
+            return int(parse(key, part))
+        if not (part.strip().isascii() and part.strip().isdigit()):
             raise argparse.ArgumentTypeError(
-                f'{text!r} is not a comma-separated list of integers') from None
+                f'{part.strip()!r} is not a whole number in {flag}')
+        return int(part)
+
+    def parse_list(text: str) -> tuple[int, ...]:
+        if len(text) > 10_000:
+            raise argparse.ArgumentTypeError('is too long (allowed: up to 10,000 characters)')
+        try:
+            values = tuple(one(part) for part in text.split(',') if part.strip())
+        except LimitError as exc:
+            from planner.cli.main import _reason
+
+            raise argparse.ArgumentTypeError(_reason(exc)) from None
         if not values:
             raise argparse.ArgumentTypeError('is empty')
         bad = [v for v in values if (allowed is not None and v not in allowed)
@@ -88,7 +102,7 @@ def int_list(flag: str, allowed: tuple[int, ...] | None = None):
             words = ', '.join(map(str, allowed)) if allowed else 'integers >= 1'
             raise argparse.ArgumentTypeError(f'{bad} not allowed (allowed: {words})')
         return values
-    return parse
+    return parse_list
 
 
 def word_list(flag: str, allowed: tuple[str, ...]):
@@ -123,10 +137,12 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument('--inter-node', help='network between nodes (default by GPU family: '
                    'ib-ndr for Hopper, ib-hdr for Ampere, ...)')
     batch = p.add_mutually_exclusive_group(required=True)
-    batch.add_argument('--global-batch', type=count('--global-batch'),
-                       help='sequences per optimizer step')
+    batch.add_argument('--global-batch', action=GlobalBatchAction,
+                       help='sequences per optimizer step (1024, 1kseq), or tokens with a '
+                            'unit (4Mtok = 4,000,000; 4Mitok = 4,194,304); a bare 4M is '
+                            'refused as ambiguous')
     batch.add_argument('--global-batch-tokens', type=count('--global-batch-tokens'),
-                       help='tokens per optimizer step (4M = 4,000,000)')
+                       help='tokens per optimizer step (4M = 4,000,000; 4Mi = 4,194,304)')
     length = p.add_mutually_exclusive_group(required=True)
     length.add_argument('--tokens', type=count('--tokens', integer=False),
                         help='training tokens, e.g. 2T')
