@@ -41,6 +41,7 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.distinct_rows import packed_key
+from planner.errors import InputError
 from planner.memory.activations import RECOMPUTE_CODES
 from planner.memory.peak import (
     MemoryArrays,
@@ -61,12 +62,14 @@ from planner.plans.result import (
 from planner.timing.step_time import LayoutArrays, TrainingTimeArrays, training_time
 
 __all__ = [
+    'MAX_GRID_ROWS',
     'SORT_KEYS',
     'STATUS_NO_FACTORISATION',
     'STATUS_NO_FIT',
     'STATUS_OK',
     'Candidate',
     'CandidateMemory',
+    'GridTooLarge',
     'LayoutLimits',
     'PlanRequest',
     'SearchCancelled',
@@ -137,13 +140,66 @@ def _zero_stages(req: PlanRequest) -> np.ndarray:
     return zeros
 
 
+# The most candidates one search holds. A row costs about 800 bytes at the search's
+# peak (layout, memory and step-time arrays and their temporaries): 3.2M rows took
+# 2.5 GB and 18 s on the 2-core development machine (benchmarks/hostile_inputs.py), so
+# 2M rows keep a search under ~1.6 GB. Above it the request is refused with the reason
+# and what narrows it.
+MAX_GRID_ROWS = 2_000_000
+# Elements of one dense boolean block while masks are built (chunks of this size).
+_CHUNK_ELEMENTS = 1 << 22
+
+
+class GridTooLarge(InputError):  # noqa: N818 (named as the brief and docs call it)
+    """The search would hold more than :data:`MAX_GRID_ROWS` candidates."""
+
+    def __init__(self, rows: int, stage: str) -> None:
+        super().__init__('--nodes', f'more than {rows:,} candidate layouts ({stage}) exceed '
+                         f'the search bound of {MAX_GRID_ROWS:,}',
+                         'fewer nodes or GPUs per node, a --gpus list, --max-micro-batch, '
+                         'or --tp/--pp/--cp lists that narrow the search')
+        self.rows, self.stage = rows, stage
+
+
+def _nonzero_bounded(mask_of: Callable[[int, int], np.ndarray], n: int, width: int,
+                     stage: str, cap: int, ndim: int) -> tuple[np.ndarray, ...]:
+    """``np.nonzero`` of an ``n``-row mask built ``mask_of(lo, hi)`` a block at a time,
+    refusing (:class:`GridTooLarge`) as soon as more than ``cap`` entries are set: the
+    memory is bounded by the block and the cap, whatever the request."""
+    rows = max(1, _CHUNK_ELEMENTS // max(width, 1))
+    parts: list[tuple[np.ndarray, ...]] = []
+    total = 0
+    for lo in range(0, n, rows):
+        found = np.nonzero(mask_of(lo, min(n, lo + rows)))
+        total += found[0].size
+        if total > cap:
+            raise GridTooLarge(total, stage)
+        parts.append((found[0] + lo, *found[1:]))
+    if not parts:
+        return tuple(np.zeros(0, np.intp) for _ in range(ndim))
+    return tuple(np.concatenate(axis) for axis in zip(*parts, strict=True))
+
+
+def _reachable_gpus(gpus: np.ndarray, model_parallel: np.ndarray, batch: int) -> np.ndarray:
+    """Which GPU counts split as ``mp * dp`` with ``dp`` dividing the batch (a cheap
+    superset of stage 1's mask, so that its dense block spans only these counts)."""
+    mp = np.unique(model_parallel)
+    keep = np.zeros(gpus.size, bool)
+    step = max(1, _CHUNK_ELEMENTS // max(mp.size, 1))
+    for lo in range(0, gpus.size, step):
+        w = gpus[lo:lo + step, None]
+        keep[lo:lo + step] = ((w % mp == 0) & (batch % np.maximum(w // mp, 1) == 0)).any(1)
+    return keep
+
+
 def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarray | None = None,
-                   fixed_accum: int | None = None) -> LayoutArrays:
+                   fixed_accum: int | None = None, cap: int = MAX_GRID_ROWS) -> LayoutArrays:
     """Every valid candidate for a global batch of ``batch_samples`` sequences.
 
     Built in stages (GPU count x TP x PP x CP, then micro-batch, then virtual stages,
-    then ZeRO x recompute), each a broadcast mask turned into flat indices, so the work
-    is proportional to the valid candidates, not to the full cross product.
+    then ZeRO x recompute), each a mask built in bounded blocks and turned into flat
+    indices, so the work is proportional to the valid candidates, not to the full cross
+    product, and no stage holds more than ``cap`` rows.
 
     Args:
         req: the request (model, cluster, limits, modes).
@@ -152,19 +208,32 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
             the limits).
         fixed_accum: force this accumulation instead of ``B / (dp * micro_batch)`` (used
             to find feasible DP sizes regardless of B; then ``dp`` need not divide B).
+        cap: the most rows any stage may hold.
+
+    Raises:
+        GridTooLarge: a stage would hold more than ``cap`` rows.
     """
     model = req.model
     gpus, nodes, per_node = _gpu_counts(req)
     ax = _axis_values(req)
     tp, pp, cp = ax['tp'], ax['pp'], ax['cp']
+    if fixed_accum is None:
+        mp_all = (tp[:, None, None] * pp[None, :, None] * cp[None, None, :]).ravel()
+        keep = _reachable_gpus(gpus, mp_all, batch_samples)
+        gpus, nodes, per_node = gpus[keep], nodes[keep], per_node[keep]
     # Stage 1: GPU count x TP x PP x CP -> DP (TP inside a node, dividing it).
-    w, g = gpus[:, None, None, None], per_node[:, None, None, None]
     t, p, c = tp[None, :, None, None], pp[None, None, :, None], cp[None, None, None, :]
     model_parallel = t * p * c
-    ok = (w % model_parallel == 0) & (t <= g) & (g % t == 0)
-    if fixed_accum is None:
-        ok &= (batch_samples % np.maximum(w // model_parallel, 1) == 0)
-    iw, it, ip, ic = np.nonzero(ok)
+
+    def stage1(lo: int, hi: int) -> np.ndarray:
+        w, g = gpus[lo:hi, None, None, None], per_node[lo:hi, None, None, None]
+        ok = (w % model_parallel == 0) & (t <= g) & (g % t == 0)
+        if fixed_accum is None:
+            ok &= (batch_samples % np.maximum(w // model_parallel, 1) == 0)
+        return ok
+
+    iw, it, ip, ic = _nonzero_bounded(stage1, gpus.size, tp.size * pp.size * cp.size,
+                                      'GPU counts x TP x PP x CP', cap, 4)
     sel = {'nodes': nodes[iw], 'gpus_per_node': per_node[iw], 'tp': tp[it], 'pp': pp[ip],
            'cp': cp[ic]}
     sel['dp'] = gpus[iw] // (sel['tp'] * sel['pp'] * sel['cp'])
@@ -172,11 +241,15 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
     # Stage 2: micro-batch, hence accumulation.
     if micro_batches is None:
         micro_batches = req.limits.allowed('micro_batch', divisors(batch_samples))
-    if fixed_accum is None:
-        ok = (batch_samples // sel['dp'])[:, None] % micro_batches[None, :] == 0
-    else:
-        ok = np.ones((len(sel['dp']), len(micro_batches)), bool)
-    il, ib = np.nonzero(ok)
+    per_rank = batch_samples // sel['dp']
+
+    def stage2(lo: int, hi: int) -> np.ndarray:
+        if fixed_accum is not None:
+            return np.ones((hi - lo, len(micro_batches)), bool)
+        return per_rank[lo:hi, None] % micro_batches[None, :] == 0
+
+    il, ib = _nonzero_bounded(stage2, sel['dp'].size, len(micro_batches), 'x micro-batch',
+                              cap, 2)
     sel = {k: a[il] for k, a in sel.items()}
     sel['micro_batch'] = micro_batches[ib]
     if fixed_accum is None:
@@ -186,23 +259,31 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
 
     # Stage 3: virtual pipeline stages (Megatron: pp > 1, accum % pp == 0, whole chunks).
     v = ax['vpp'][None, :] if fixed_accum is None else np.ones((1, 1), int)
-    p2, m2 = sel['pp'][:, None], sel['grad_accum'][:, None]
-    if req.limits.uneven_pipeline:
-        whole = p2 * v <= model.num_layers
-    else:
-        whole = (model.num_layers // p2) % v == 0
-    ok = (v == 1) | ((p2 > 1) & (m2 % p2 == 0) & whole)
-    il, iv = np.nonzero(ok)
+
+    def stage3(lo: int, hi: int) -> np.ndarray:
+        p2, m2 = sel['pp'][lo:hi, None], sel['grad_accum'][lo:hi, None]
+        if req.limits.uneven_pipeline:
+            whole = p2 * v <= model.num_layers
+        else:
+            whole = (model.num_layers // p2) % v == 0
+        return (v == 1) | ((p2 > 1) & (m2 % p2 == 0) & whole)
+
+    il, iv = _nonzero_bounded(stage3, sel['pp'].size, v.shape[1], 'x virtual stages', cap, 2)
     sel = {k: a[il] for k, a in sel.items()}
     sel['vpp'] = v[0, iv]
 
     # Stage 4: ZeRO stage x recompute mode (ZeRO > 0 only with something to shard).
     zeros = _zero_stages(req)
     codes = np.asarray(sorted(RECOMPUTE_CODES[r] for r in set(req.recompute_modes)))
-    shard = (sel['dp'] * sel['cp'])[:, None, None]
-    ok = np.broadcast_to((zeros[None, :, None] == 0) | (shard > 1),
-                         (len(shard), len(zeros), len(codes)))
-    il, iz, ir = np.nonzero(ok)
+    shard = sel['dp'] * sel['cp']
+
+    def stage4(lo: int, hi: int) -> np.ndarray:
+        return np.broadcast_to(
+            (zeros[None, :, None] == 0) | (shard[lo:hi, None, None] > 1),
+            (hi - lo, len(zeros), len(codes)))
+
+    il, iz, ir = _nonzero_bounded(stage4, shard.size, len(zeros) * len(codes),
+                                  'x ZeRO x recompute', cap, 3)
     return LayoutArrays(**{k: a[il] for k, a in sel.items()}, zero=zeros[iz],
                         recompute=codes[ir],
                         sequence_parallel=np.full(il.size, req.limits.sequence_parallel))
@@ -375,8 +456,15 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
 def _without_plan(req: PlanRequest, started: float, status: str, message: str, grid_size: int,
                   min_total: float | None, step: Callable[[float], None]) -> SearchResult:
     """A result with no candidates, offering the nearest global batches that have one."""
-    below, above = nearest_global_batches(req)
-    if below is None and above is None:
+    try:
+        below, above = nearest_global_batches(req)
+    except GridTooLarge:
+        below = above = None
+        message += ('; the nearest global batches were not searched (more layouts than the '
+                    'search bound)')
+    if below is None and above is None and 'not searched' in message:
+        pass
+    elif below is None and above is None:
         message += '; no global batch has a plan with these GPUs and options'
     else:
         offers = [f'{n} sequences ({n * req.seq_len:,} tokens) {side}'
