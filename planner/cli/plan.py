@@ -301,7 +301,16 @@ def plan_json(req: PlanRequest, result: SearchResult, guidance: Guidance) -> dic
         'pareto': [row(c) for c in result.pareto_front()],
         'guidance': guidance.to_dict(),
         'request': req.to_dict(),
+        'explanation': _explanation(req, result),
     }
+
+
+def _explanation(req: PlanRequest, result: SearchResult) -> dict[str, Any] | None:
+    """Why there is no plan (None with one): planner.plans.no_plan's record."""
+    from planner.plans.no_plan import explain_no_plan
+
+    why = explain_no_plan(req, result)
+    return None if why is None else why.to_dict()
 
 
 def _si(value: float, unit: str = '') -> str:
@@ -420,7 +429,11 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
     head.append(f'Searched {result.grid_size:,} candidates in {result.elapsed_s:.2f} s: '
                 f'{result.fitting:,} fit.')
     if not result.fitting:
-        return '\n'.join([*head, '', f'No plan: {result.message}.'])
+        from planner.plans.no_plan import explain_no_plan
+
+        why = explain_no_plan(req, result)
+        text = why.text if why is not None else f'{result.message}.'
+        return '\n'.join([*head, '', f'No plan: {text}'])
     has_length = req.length is not None
     lines = [*head, '', *_table(result.top(), has_length)]
     front = result.pareto_front()

@@ -78,6 +78,7 @@ __all__ = [
     'enumerate_grid',
     'nearest_global_batches',
     'pareto_front',
+    'plan_units',
     'search',
 ]
 
@@ -479,21 +480,8 @@ def _without_plan(req: PlanRequest, started: float, status: str, message: str, g
 
 def nearest_global_batches(req: PlanRequest) -> tuple[int | None, int | None]:
     """The nearest global batches (sequences) strictly below and above the target that
-    have a fitting plan.
-
-    A layout (TP, PP, CP, DP, ZeRO, recompute) that fits at the smallest allowed
-    micro-batch b with ``grad_accum >= pp`` (the most micro-batches in flight) also
-    fits at any smaller accumulation, so it serves every batch that is a multiple of
-    ``dp * b``. One memory call over those layouts gives the usable ``dp * b`` units.
-    """
-    b_min = min(req.limits.micro_batch, default=1)
-    pp_max = max(int(_axis_values(req)['pp'].max(initial=1)), 2)
-    grid = enumerate_grid(req, 1, micro_batches=np.asarray([b_min]), fixed_accum=pp_max)
-    if len(grid) == 0:
-        return None, None
-    memory = estimate_arrays(req.model, req.memory_options(), req.memory_config(grid),
-                             req.overheads, parts=False)
-    units = np.unique(grid.dp[np.asarray(memory.total_bytes) <= req.usable_bytes] * b_min)
+    have a fitting plan (see :func:`plan_units`)."""
+    units = plan_units(req)
     if units.size == 0:
         return None, None
     target = req.target_batch_samples
@@ -501,3 +489,25 @@ def nearest_global_batches(req: PlanRequest) -> tuple[int | None, int | None]:
     below = below[below >= units]
     above = (np.floor(target / units) + 1) * units
     return (int(below.max()) if below.size else None), int(above.min())
+
+
+def plan_units(req: PlanRequest) -> np.ndarray:
+    """The batch units ``dp * b`` (sequences) with a fitting layout: a global batch has a
+    plan when it is a multiple of one of them.
+
+    A layout (TP, PP, CP, DP, ZeRO, recompute) that fits at the smallest allowed
+    micro-batch b with ``grad_accum >= pp`` (the most micro-batches in flight) also
+    fits at any smaller accumulation, so it serves every batch that is a multiple of
+    ``dp * b``. One memory call over those layouts gives the usable ``dp * b`` units.
+
+    Raises:
+        GridTooLarge: more layouts than the search bound.
+    """
+    b_min = min(req.limits.micro_batch, default=1)
+    pp_max = max(int(_axis_values(req)['pp'].max(initial=1)), 2)
+    grid = enumerate_grid(req, 1, micro_batches=np.asarray([b_min]), fixed_accum=pp_max)
+    if len(grid) == 0:
+        return np.zeros(0, np.int64)
+    memory = estimate_arrays(req.model, req.memory_options(), req.memory_config(grid),
+                             req.overheads, parts=False)
+    return np.unique(grid.dp[np.asarray(memory.total_bytes) <= req.usable_bytes] * b_min)
