@@ -487,27 +487,17 @@ def read_plan(path: str | os.PathLike[str]) -> PlanFile:
     """
     path = Path(path)
     where = str(path)
+    from planner import untrusted
+
     try:
-        text = path.read_text(encoding='utf-8')
+        text = untrusted.read_text(path, 'plan', where)
     except FileNotFoundError:
         raise InputError(where, 'no such plan file') from None
     except IsADirectoryError:
         raise InputError(where, 'is a folder, not a plan file') from None
-    except UnicodeDecodeError:
-        raise InputError(where, 'is not UTF-8 text: not a plan file') from None
-    except OSError as exc:
-        raise InputError(where, f'cannot read: {exc.strerror}') from None
     if not text.strip():
         raise InputError(where, 'is empty: not a plan file (batchfit plan ... --save FILE)')
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        body = text.rstrip()
-        cut = exc.pos >= len(body) or not body.endswith(('}', ']'))
-        end = ' (truncated?)' if cut else ''
-        raise InputError(where, f'is not valid JSON{end}: {exc.msg} at line {exc.lineno}, '
-                         f'column {exc.colno}') from None
-    return plan_from_dict(data, where)
+    return plan_from_dict(untrusted.loads_json(text, where), where)
 
 
 def write_plan(path: str | os.PathLike[str], plan: PlanFile) -> None:
