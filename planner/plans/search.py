@@ -42,6 +42,7 @@ import numpy as np
 
 from planner.distinct_rows import packed_key
 from planner.errors import InputError
+from planner.limits import FigureError
 from planner.memory.activations import RECOMPUTE_CODES
 from planner.memory.peak import (
     MemoryArrays,
@@ -440,6 +441,7 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
             time_per_epoch_s=np.full(rows.size, math.nan),
             gpu_hours=np.full(rows.size, math.nan), cost_usd=np.full(rows.size, math.nan))
         time_key = st.step_time_s
+    _guard_figures(st, tr if req.length is not None else None, memory)
     cost_key = st.step_time_s * st.gpus if req.length is None else tr.gpu_hours
     headroom = usable - np.asarray(memory.total_bytes, float)
     ranking = _ranking(req.sort_by, time_key, cost_key, headroom, layout, st.gpus)
@@ -452,6 +454,21 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
         min_total_bytes=min_total, elapsed_s=time.perf_counter() - started,
         layout=layout, memory=memory, memory_rows=rows, step=st, train=tr, ranking=ranking,
         pareto=front)
+
+
+def _guard_figures(st, tr: TrainingTimeArrays | None, memory: MemoryArrays) -> None:
+    """The final guard: every figure a result shows is finite and non-negative, else a
+    :class:`~planner.limits.FigureError` (never a negative time, MFU or cost on screen)."""
+    figures = {'step time': st.step_time_s, 'tokens per second': st.tokens_per_s,
+               'MFU': st.mfu, 'memory': memory.total_bytes}
+    if tr is not None:
+        figures.update({'time to train': tr.time_to_train_s, 'GPU-hours': tr.gpu_hours,
+                        'cost': tr.cost_usd, 'steps': tr.steps})
+    for what, values in figures.items():
+        values = np.asarray(values, float)
+        bad = ~(np.isfinite(values) & (values >= 0))
+        if bad.any():
+            raise FigureError(what, float(values[bad].flat[0]))
 
 
 def _without_plan(req: PlanRequest, started: float, status: str, message: str, grid_size: int,
