@@ -474,8 +474,29 @@ def plan_from_dict(data: Any, where: str = 'plan') -> PlanFile:
         candidate=_read_candidate(doc.section('candidate')),
         calibration=_read_calibration(doc, 'calibration'),
         created_by=doc.text('created_by', ''))
+    _check_ranges(plan, where)
     _check_consistent(plan, where)
     return plan
+
+
+def _check_ranges(plan: PlanFile, where: str) -> None:
+    """The plan's numbers inside the ranges every input has (planner.limits)."""
+    from planner import limits
+
+    t, c = plan.targets, plan.cluster
+    values = {('targets', 'seq_len'): t.seq_len, ('targets', 'global_batch'): t.global_batch,
+              ('targets', 'global_batch_tokens'): t.global_batch_tokens,
+              ('targets', 'tokens'): t.tokens, ('targets', 'samples'): t.samples,
+              ('targets', 'epochs'): t.epochs, ('cluster', 'max_nodes'): c.max_nodes,
+              ('cluster', 'gpus_per_node'): c.gpus_per_node}
+    for (section, key), value in values.items():
+        if value is None:
+            continue
+        try:
+            limits.check({'max_nodes': 'nodes'}.get(key, key), value)
+        except limits.LimitError as exc:
+            reason = str(exc)[len(exc.field) + 2:]
+            raise InputError(f'{where}: {section}.{key}', reason) from None
 
 
 def read_plan(path: str | os.PathLike[str]) -> PlanFile:

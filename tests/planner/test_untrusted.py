@@ -87,3 +87,19 @@ def test_unknown_causal_decoder_is_still_read_generically():
                                 'num_attention_heads': 12, 'intermediate_size': 3072,
                                 'vocab_size': 32000})
     assert spec.num_layers == 12
+
+
+@pytest.mark.parametrize(('section', 'key', 'value'), [
+    ('targets', 'seq_len', 2**40), ('targets', 'global_batch', 9007199254740993),
+    ('cluster', 'max_nodes', 10**9), ('targets', 'seq_len', 1e300)])
+def test_plan_file_numbers_are_range_checked(tmp_path, section, key, value):
+    from planner.planfile.document import write_plan
+    from tests.export_helpers import make_plan
+
+    path = tmp_path / 'plan.json'
+    write_plan(path, make_plan(global_batch=64))
+    doc = json.loads(path.read_text())
+    doc[section][key] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=key):
+        read_plan(path)
