@@ -135,6 +135,7 @@ RANGES: dict[str, Range] = {
     'samples': Range('--samples', 1, 10**14, unit='sequences'),
     'epochs': Range('--epochs', 0, 10**6, integer=False, low_open=True),
     'margin': Range('--margin', 0, 0.9, integer=False),
+    'margin_percent': Range('--margin', 0, 90, integer=False, unit='%'),  # the app's unit
     'price': Range('--price', 0, 10**4, integer=False, unit='USD per GPU-hour'),
     'top_k': Range('--top', 1, 10**7),
     'base_lr': Range('--base-lr', 0, 10, integer=False, low_open=True),
@@ -303,3 +304,62 @@ def key_of(flag: str) -> str:
     """The :data:`RANGES` key of a CLI flag: ``--seq-len`` -> ``seq_len``."""
     key = flag.lstrip('-').replace('-', '_')
     return {'top': 'top_k'}.get(key, key)
+
+
+# ---- inputs that are allowed but unlikely ------------------------------------------------
+
+# Above these an input is allowed but probably a typo; each is ~10x the largest
+# published value (sources at RANGES).
+PLAUSIBLE_EPOCHS = 100
+PLAUSIBLE_TOKENS = 10**14
+PLAUSIBLE_BATCH_TOKENS = 10**9
+PLAUSIBLE_GPUS = 250_000
+
+
+@dataclass(frozen=True)
+class InputWarning:
+    """An allowed input that is probably not what was meant.
+
+    Attributes:
+        key: the :data:`RANGES` key of the input.
+        code: ``beyond_context``, ``many_epochs``, ``huge_budget``, ``huge_batch`` or
+            ``huge_cluster`` (the app words each in the user's language).
+        values: the numbers the text quotes.
+        text: the English sentence (the CLI prints it).
+    """
+
+    key: str
+    code: str
+    values: dict[str, float]
+    text: str
+
+
+def input_warnings(*, seq_len: int | None = None, max_positions: int | None = None,
+                   epochs: float | None = None, tokens: float | None = None,
+                   batch_tokens: float | None = None, gpus: int | None = None
+                   ) -> list[InputWarning]:
+    """Warnings for allowed inputs that are unlikely (the CLI and the app show them)."""
+    out: list[InputWarning] = []
+    if seq_len is not None and max_positions and seq_len > max_positions:
+        out.append(InputWarning('seq_len', 'beyond_context',
+                                {'seq_len': seq_len, 'context': max_positions},
+                                f'sequence {seq_len:,} is beyond the model\'s context of '
+                                f'{max_positions:,} tokens (max_position_embeddings): it '
+                                'needs a long-context recipe (RoPE scaling) to train'))
+    if epochs is not None and epochs > PLAUSIBLE_EPOCHS:
+        out.append(InputWarning('epochs', 'many_epochs', {'epochs': epochs},
+                                f'{epochs:,g} epochs is far more than a language model is '
+                                'trained for (1-4 for pretraining, a few for fine-tuning)'))
+    if tokens is not None and tokens > PLAUSIBLE_TOKENS:
+        out.append(InputWarning('tokens', 'huge_budget', {'tokens': tokens},
+                                f'{tokens:.3g} training tokens is over 100x the largest '
+                                'published budgets (~36T)'))
+    if batch_tokens is not None and batch_tokens > PLAUSIBLE_BATCH_TOKENS:
+        out.append(InputWarning('global_batch', 'huge_batch', {'tokens': batch_tokens},
+                                f'a global batch of {batch_tokens:.3g} tokens is over 10x the '
+                                'largest published ones (~60M tokens)'))
+    if gpus is not None and gpus > PLAUSIBLE_GPUS:
+        out.append(InputWarning('nodes', 'huge_cluster', {'gpus': gpus},
+                                f'{gpus:,} GPUs is more than any cluster built so far '
+                                '(~200,000)'))
+    return out

@@ -302,6 +302,7 @@ def plan_json(req: PlanRequest, result: SearchResult, guidance: Guidance) -> dic
         'guidance': guidance.to_dict(),
         'request': req.to_dict(),
         'explanation': _explanation(req, result),
+        'input_warnings': [w.text for w in request_warnings(req)],
     }
 
 
@@ -406,6 +407,19 @@ def _guidance_lines(g: Guidance) -> list[str]:
     return lines
 
 
+def request_warnings(req: PlanRequest) -> list:
+    """Allowed but unlikely inputs (planner.limits.input_warnings) of a request."""
+    from planner.limits import input_warnings
+
+    length = req.length
+    return input_warnings(
+        seq_len=req.seq_len, max_positions=req.model.max_position_embeddings,
+        epochs=None if length is None or length.samples is None else length.epochs,
+        tokens=None if length is None else length.total_tokens(req.seq_len),
+        batch_tokens=req.target_batch_samples * req.seq_len,
+        gpus=req.max_nodes * req.gpus_per_node)
+
+
 def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
               inter_node_assumed: bool) -> str:
     """The readable report."""
@@ -422,6 +436,7 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
     ]
     if req.lora is not None:
         head.append(lora_line(req))
+    head.extend(f'WARNING: {w.text}' for w in request_warnings(req))
     if req.length is not None:
         tokens = req.length.total_tokens(req.seq_len)
         head.append(f'Training: {_si(tokens)} tokens = {tokens / (batch * req.seq_len):,.0f} '
