@@ -110,7 +110,7 @@ def explain_no_plan(request: PlanRequest, result: SearchResult) -> NoPlanExplana
     req = request
     target = req.target_batch_samples
     if target != int(target):
-        return _tokens_not_whole(req)
+        return _tokens_not_whole(req, result)
     axis = _empty_axis(req)
     if axis is not None:
         return axis
@@ -121,19 +121,15 @@ def explain_no_plan(request: PlanRequest, result: SearchResult) -> NoPlanExplana
 
 # ---- 1. the token batch ------------------------------------------------------------------
 
-def _tokens_not_whole(req: PlanRequest) -> NoPlanExplanation:
+def _tokens_not_whole(req: PlanRequest, result: SearchResult) -> NoPlanExplanation:
     tokens, s = int(req.global_batch_tokens or 0), req.seq_len
     below, above = (tokens // s) * s, (tokens // s + 1) * s
-    nice = nice_batches(req.target_batch_samples)
     text = (f'{tokens:,} tokens is not a whole number of sequences of {s:,} tokens '
-            f'({tokens / s:,.2f}); the nearest whole batches are {below:,} and {above:,} '
-            f'tokens')
-    if nice:
-        text += ('; round batches nearby: ' + ', '.join(f'{n:,} sequences ({n * s:,} tokens)'
-                                                          for n in nice))
+            f'({tokens / s:,.2f})')
     nearest = {'global_batch_tokens': [t for t in (below, above) if t > 0]}
-    return NoPlanExplanation('tokens_not_whole', '--global-batch-tokens', text + '.',
+    expl = NoPlanExplanation('tokens_not_whole', '--global-batch-tokens', text,
                              nearest=nearest)
+    return _with_batches(req, expl, *result.nearest_global_batches)
 
 
 # ---- 2. an axis without a valid value ------------------------------------------------------

@@ -49,6 +49,7 @@ def test_tokens_not_whole_sequences_offer_powers_of_two():
     why = _why(_request(global_batch=None, global_batch_tokens=4_000_000))
     assert why.constraint == 'tokens_not_whole'
     assert why.nearest['global_batch_tokens'] == [976 * 4096, 977 * 4096]
+    assert why.nearest['global_batch'] == [976, 977]
     assert '1,024 sequences' in why.text
 
 
