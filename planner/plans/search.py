@@ -185,7 +185,8 @@ def _nonzero_bounded(mask_of: Callable[[int, int], np.ndarray], n: int, width: i
 def _reachable_gpus(gpus: np.ndarray, model_parallel: np.ndarray, batch: int) -> np.ndarray:
     """Which GPU counts split as ``mp * dp`` with ``dp`` dividing the batch (a cheap
     superset of stage 1's mask, so that its dense block spans only these counts)."""
-    mp = np.unique(model_parallel)
+    mp = np.sort(model_parallel)  # not np.unique: it imports numpy.ma (app start-up)
+    mp = mp[np.concatenate([[True], mp[1:] != mp[:-1]])] if mp.size else mp
     keep = np.zeros(gpus.size, bool)
     step = max(1, _CHUNK_ELEMENTS // max(mp.size, 1))
     for lo in range(0, gpus.size, step):
