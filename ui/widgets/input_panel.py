@@ -336,7 +336,7 @@ class InputPanel(QScrollArea):
             '--zero': self.zero_row, '--recompute': self.recompute_row,
             '--margin': self.margin_spin, '--price': self.price_edit,
             '--base-lr': self.base_lr_edit, '--base-batch': self.base_batch_edit,
-            '--b-noise': self.b_noise_edit, '--lora-rank': self.tuning_combo,
+            '--b-noise': self.b_noise_edit, '--lora-rank': self.lora_rank_spin,
             '--lora-targets': self.lora_targets_combo, '--qlora': self.tuning_combo,
         }
         self.set_inputs(PlanInputs())
