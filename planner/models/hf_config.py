@@ -128,8 +128,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         raw = untrusted.loads_json(untrusted.read_text(path, 'config.json'), str(path))
     except (FileNotFoundError, IsADirectoryError) as exc:
         raise InputError(FILE, f'{path} does not exist') from exc
-    except InputError as exc:  # the field is config.json; the message names the file
-        raise InputError(FILE, str(exc)) from None
+    except InputError as exc:  # the field is config.json (callers name the path)
+        raise InputError(FILE, str(exc)[len(exc.field) + 2:]) from None
     if not isinstance(raw, dict):
         raise InputError(FILE, f'{path} must hold a JSON object, not {type(raw).__name__}')
     return raw
