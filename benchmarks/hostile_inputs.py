@@ -129,9 +129,10 @@ def run(argv: list[str]) -> dict:
 
 
 def _summary(out: str) -> str:
-    warning = [line for line in out.splitlines() if line.startswith('WARNING')]
-    if warning:
-        return warning[0]
+    for start in ('No plan:', 'WARNING'):
+        found = [line for line in out.splitlines() if line.startswith(start)]
+        if found:
+            return found[0]
     for line in out.splitlines():
         if line.startswith(('No plan:', 'Searched', 'NVIDIA')):
             return line
