@@ -325,22 +325,29 @@ def _si(value: float, unit: str = '') -> str:
 
 
 def _table(candidates: list[Candidate], has_length: bool) -> list[str]:
+    """The ranked rows; every column as wide as its widest cell (plus a space), so wide
+    values (a 2^20 micro-batch, a million GPUs) never run into the next column."""
     columns = [('#', 7), ('GPUs', 6), ('nodes', 6), ('tp/pp/cp/dp', 14), ('micro×acc', 10),
                ('ZeRO', 5), ('recompute', 10), ('mem GiB', 8), ('free GiB', 9), ('step s', 8),
                ('tok/s', 8), ('MFU', 6), ('days', 7), ('GPU-h', 8), ('$', 8)]
-    lines = [''.join(f'{name:>{w}}' if i else f'{name:<{w}}' for i, (name, w) in
-                     enumerate(columns))]
+    rows = []
     for c in candidates:
-        cells = [str(c.rank), str(c.gpus), str(c.nodes), c.layout,
-                 f'{c.micro_batch}×{c.grad_accum}', str(c.zero), c.recompute,
-                 f'{c.memory.total_bytes / 2**30:.1f}', f'{c.memory.headroom_bytes / 2**30:.1f}',
-                 f'{c.step_time_s:.3g}', _si(c.tokens_per_s), f'{c.mfu:.1%}',
-                 f'{c.time_to_train_s / SECONDS_PER_DAY:.1f}' if has_length else '-',
-                 _si(c.gpu_hours) if has_length else '-',
-                 _si(c.cost_usd) if has_length else '-']
-        lines.append(''.join(f'{cell:>{w}}' if i else f'{cell:<{w}}'
-                             for i, (cell, (_, w)) in enumerate(zip(cells, columns, strict=True))))
-    return lines
+        days = c.time_to_train_s / SECONDS_PER_DAY
+        rows.append([str(c.rank), str(c.gpus), str(c.nodes), c.layout,
+                     f'{c.micro_batch}×{c.grad_accum}', str(c.zero), c.recompute,
+                     f'{c.memory.total_bytes / 2**30:.1f}',
+                     f'{c.memory.headroom_bytes / 2**30:.1f}', f'{c.step_time_s:.3g}',
+                     _si(c.tokens_per_s), f'{c.mfu:.1%}',
+                     (f'{days:.1f}' if days < 1e5 else _si(days)) if has_length else '-',
+                     _si(c.gpu_hours) if has_length else '-',
+                     _si(c.cost_usd) if has_length else '-'])
+    widths = [max([w] + [len(r[i]) + 1 for r in rows]) for i, (_, w) in enumerate(columns)]
+
+    def line(cells: list[str]) -> str:
+        return ''.join(f'{cell:>{w}}' if i else f'{cell:<{w}}'
+                       for i, (cell, w) in enumerate(zip(cells, widths, strict=True)))
+
+    return [line([name for name, _ in columns]), *(line(r) for r in rows)]
 
 
 def lora_line(req: PlanRequest) -> str:
