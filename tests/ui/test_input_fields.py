@@ -146,3 +146,22 @@ def test_token_batch_not_whole_offers_round_batches(panel):
     panel.read_inputs()
     assert '1,024 sequences' in panel.batch_info.text()
     assert math.isfinite(panel.read_inputs()[0].global_batch_samples)
+
+
+def test_outcome_explains_no_plan_in_the_clis_words():
+    from planner.plans.no_plan import explain_no_plan
+    from ui.plan_compute import compute_main
+
+    o = compute_main(PlanInputs(model='llama-3.1-70b', zero_stages=(0,),
+                                recompute_modes=('none',)))
+    assert o.explanation is not None
+    assert o.explanation.constraint == 'memory'
+    assert o.explanation.text == explain_no_plan(o.request, o.result).text
+
+
+def test_batch_sweep_past_the_batch_range_is_a_gap_not_an_error():
+    from ui.plan_compute import compute_plan
+
+    o = compute_plan(PlanInputs(model='gpt2', seq_len=1, batch_value=5 * 10**9))
+    assert o.result.fitting
+    assert math.isnan(o.by_batch.y[-1])  # x4 = 2e10 sequences: beyond the range
