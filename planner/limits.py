@@ -180,7 +180,11 @@ def _np_number(value: object, integer: bool = False) -> bool:
 def _plain_value(value) -> str:
     if isinstance(value, float):
         return f'{value:g}'
-    return f'{int(value):,}' if abs(int(value)) < 10**15 else f'{float(value):.3g}'
+    v = int(value)
+    if abs(v) < 10**15:
+        return f'{v:,}'
+    # no float() or str() of a huge int: both fail past 1e308 / 4,300 digits
+    return f'{"-" if v < 0 else ""}~10^{round(abs(v).bit_length() * math.log10(2))}'
 
 
 def parse(key: str, text: str) -> int | float:

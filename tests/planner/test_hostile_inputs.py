@@ -265,3 +265,10 @@ def test_request_refuses_out_of_range_in_python_too():
         PlanRequest(model=MODELS['gpt2'], seq_len=1024, gpu=find_gpu('h100-sxm'),
                     global_batch=8, max_nodes=2**17, gpus_per_node=1024,
                     inter_node=load_interconnects()['ib-ndr'])
+
+
+@pytest.mark.parametrize('value', [10**400, -(10**5000), 2**70, float('inf'), float('nan'),
+                                   True, '12', None, np.int64(2**62), np.float32(1.5)])
+def test_check_refuses_any_python_value_with_one_error(value):
+    with pytest.raises(limits.LimitError):
+        limits.check('seq_len', value)
