@@ -268,7 +268,8 @@ def test_request_refuses_out_of_range_in_python_too():
 
 
 @pytest.mark.parametrize('value', [10**400, -(10**5000), 2**70, float('inf'), float('nan'),
-                                   True, '12', None, np.int64(2**62), np.float32(1.5)])
+                                   True, '12', None, np.int64(2**62), np.float32(1.5)],
+                         ids=lambda v: type(v).__name__)
 def test_check_refuses_any_python_value_with_one_error(value):
     with pytest.raises(limits.LimitError):
         limits.check('seq_len', value)
