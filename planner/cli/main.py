@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -41,12 +42,28 @@ def limited(flag: str) -> Callable[[str], int | float]:
     """An argparse type checked against the flag's range in :mod:`planner.limits`
     (argparse names the flag when it rejects)."""
     key = limits.key_of(flag)
+    if key not in limits.RANGES:
+        return _positive_real(flag)
 
     def parse(text: str) -> int | float:
         try:
             return limits.parse(key, text)
         except limits.LimitError as exc:
             raise argparse.ArgumentTypeError(_reason(exc)) from None
+    return parse
+
+
+def _positive_real(flag: str) -> Callable[[str], float]:
+    """A finite number > 0, for flags without a range of their own (calibration's
+    --timeout, --memory-limit-gib)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f'{text!r} must be a positive finite number')
+        return value
     return parse
 
 
