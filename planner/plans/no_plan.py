@@ -215,6 +215,12 @@ def _batch_factorisation(req: PlanRequest, result: SearchResult) -> NoPlanExplan
     text = (f'no layout on up to {req.max_nodes} x {req.gpus_per_node} GPUs splits a global '
             f'batch of {batch:,} sequences as micro-batch x accumulation x data-parallel '
             f'size (with TP x PP x CP x DP GPUs, at most {most:,})')
+    lim = req.limits
+    only = [f'{name} {_words(values)}' for name, values in (
+        ('micro-batches', lim.micro_batch or lim.max_micro_batch), ('GPU counts', lim.gpus))
+        if values]
+    if only:
+        text += ' with ' + ' and '.join(only)
     return _with_batches(req, NoPlanExplanation('batch_factorisation', '--global-batch', text),
                          below, above)
 
