@@ -15,7 +15,6 @@ from typing import Any
 import platformdirs
 
 from planner.errors import InputError
-from planner.toml_compat import tomllib
 
 APP_NAME = 'batchfit'
 USER_TOML = 'user.toml'
@@ -48,12 +47,14 @@ def read_user_toml_text(path: Path | None = None) -> str:
         InputError: the file exists but cannot be read.
     """
     path = user_toml_path() if path is None else path
+    from planner import untrusted
+
     try:
-        return path.read_text(encoding='utf-8')
+        return untrusted.read_text(path, 'user.toml')
     except FileNotFoundError:
         return ''
-    except OSError as exc:
-        raise InputError(str(path), f'cannot read the user configuration: {exc.strerror}') from exc
+    except IsADirectoryError:
+        raise InputError(str(path), 'is a folder, not the user configuration') from None
 
 
 def load_user_toml(path: Path | None = None) -> dict[str, Any]:
@@ -72,7 +73,6 @@ def parse_user_toml(text: str, path: Path) -> dict[str, Any]:
     Raises:
         InputError: not valid TOML.
     """
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(str(path), f'is not valid TOML: {exc}') from exc
+    from planner import untrusted
+
+    return untrusted.loads_toml(text, str(path))

@@ -323,8 +323,9 @@ class MainWindow(QMainWindow):
         summary = translate('MainWindow', '{fit:,} of {grid:,} layouts fit · searched in '
                                           '{t:.2f} s').format(fit=r.fitting, grid=r.grid_size,
                                                               t=outcome.elapsed_s)
+        why = outcome.explanation.text if outcome.explanation is not None else r.message
         self.status.setText(summary if r.status == 'ok' else translate(
-            'MainWindow', 'No plan: {m}').format(m=r.message))
+            'MainWindow', 'No plan: {m}').format(m=why))
         self.results.set_candidates(outcome.candidates, summary)
         choice, self._pending_choice = self._pending_choice, None
         if choice is not None and outcome.inputs == self._saved_inputs:

@@ -20,6 +20,7 @@ from ui.plan_inputs import PlanInputs, build_request
 
 if TYPE_CHECKING:
     from planner.plans.guidance import Guidance
+    from planner.plans.no_plan import NoPlanExplanation
     from planner.plans.request import PlanRequest
     from planner.plans.result import Candidate, SearchResult
 
@@ -47,6 +48,8 @@ class PlanOutcome:
         by_gpus: best time-to-train (s) at each GPU count.
         by_batch: best time-to-train (s) at each global batch (tokens), NaN without a plan.
         elapsed_s: wall time of the whole recompute.
+        explanation: why there is no plan (``planner.plans.no_plan``; the CLI's words),
+            computed in the worker; None with a plan.
     """
 
     inputs: PlanInputs
@@ -56,6 +59,7 @@ class PlanOutcome:
     by_gpus: SeriesXY
     by_batch: SeriesXY
     elapsed_s: float
+    explanation: NoPlanExplanation | None = None
 
 
 def compute_plan(inputs: PlanInputs, should_stop: Callable[[], bool] | None = None
@@ -85,10 +89,15 @@ def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = No
     request = build_request(inputs, top_k=TABLE_ROWS)
     result = search(request, should_stop=should_stop)
     candidates = tuple(result.top(TABLE_ROWS)) if result.fitting else ()
+    explanation = None
+    if not result.fitting:
+        from planner.plans.no_plan import explain_no_plan
+
+        explanation = explain_no_plan(request, result)
     return PlanOutcome(inputs=inputs, request=request, result=result, candidates=candidates,
                        by_gpus=best_by_gpus(result),
                        by_batch=SeriesXY(np.zeros(0), np.zeros(0)),
-                       elapsed_s=time.perf_counter() - started)
+                       elapsed_s=time.perf_counter() - started, explanation=explanation)
 
 
 def batch_sweep(outcome: PlanOutcome, should_stop: Callable[[], bool] | None = None
@@ -98,6 +107,7 @@ def batch_sweep(outcome: PlanOutcome, should_stop: Callable[[], bool] | None = N
     Raises:
         SearchCancelled: ``should_stop()`` became true.
     """
+    from planner.errors import InputError
     from planner.plans.search import SearchCancelled, search
 
     request, result = outcome.request, outcome.result
@@ -113,8 +123,11 @@ def batch_sweep(outcome: PlanOutcome, should_stop: Callable[[], bool] | None = N
         elif batch != int(batch) or batch < 1:
             best = None
         else:
-            best = search(replace(request, global_batch=int(batch), global_batch_tokens=None),
-                          should_stop=should_stop).best
+            try:  # x4 may pass the batch's range or the search bound: no point, not an error
+                best = search(replace(request, global_batch=int(batch),
+                                      global_batch_tokens=None), should_stop=should_stop).best
+            except InputError:
+                best = None
         ys.append(math.nan if best is None else best.time_to_train_s)
     return SeriesXY(np.asarray(xs), np.asarray(ys))
 

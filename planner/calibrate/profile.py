@@ -242,16 +242,13 @@ def load_profile(path: Path | str) -> LoadedProfile:
         InputError: naming the file: missing, unreadable, not JSON, or not a valid profile.
     """
     path = Path(path).expanduser()
+    from planner import untrusted
+
     try:
-        text = path.read_text(encoding='utf-8')
-    except FileNotFoundError:
+        text = untrusted.read_text(path, 'profile')
+    except (FileNotFoundError, IsADirectoryError):
         raise InputError(str(path), 'no such calibration profile') from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), f'cannot read the calibration profile: {exc}') from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(str(path), f'is not valid JSON: {exc}') from None
+    data = untrusted.loads_json(text, str(path))
     return LoadedProfile(path=path, profile=profile_from_dict(data, str(path)))
 
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from planner import __version__
+from planner import __version__, limits
 from planner.cli.gpus import add_gpus_command
 from planner.cli.plan import add_plan_command
 from planner.errors import InputError
@@ -38,32 +39,64 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f'batchfit: error: {message}\n')
 
 
+def limited(flag: str) -> Callable[[str], int | float]:
+    """An argparse type checked against the flag's range in :mod:`planner.limits`
+    (argparse names the flag when it rejects)."""
+    key = limits.key_of(flag)
+    if key not in limits.RANGES:
+        return _positive_real(flag)
+
+    def parse(text: str) -> int | float:
+        try:
+            return limits.parse(key, text)
+        except limits.LimitError as exc:
+            raise argparse.ArgumentTypeError(_reason(exc)) from None
+    return parse
+
+
+def _positive_real(flag: str) -> Callable[[str], float]:
+    """A finite number > 0, for flags without a range of their own (calibration's
+    --timeout, --memory-limit-gib)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f'{text!r} must be a positive finite number')
+        return value
+    return parse
+
+
+def _reason(exc: InputError) -> str:
+    """An error without its field (argparse names the flag itself)."""
+    text = str(exc)
+    prefix = f'{exc.field}: '
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
 def positive_int(flag: str) -> Callable[[str], int]:
-    """An argparse type for an integer >= 1 (argparse names the flag when it rejects)."""
+    """An argparse type for a whole number >= 1, in the flag's range when it has one
+    (:mod:`planner.limits`), else below 2^31."""
+    if limits.key_of(flag) in limits.RANGES:
+        return limited(flag)  # type: ignore[return-value]
+
     def parse(text: str) -> int:
         try:
-            value = int(text.replace('_', ''))
+            value = int(text.replace('_', '').strip())
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f'{text!r} is not a whole number (allowed: an integer >= 1)') from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f'{value} is too small (allowed: >= 1)')
+        if not 1 <= value < 2**31:
+            raise argparse.ArgumentTypeError(f'{text.strip()} is out of range '
+                                             '(allowed: 1 to 2,147,483,647)')
         return value
     return parse
 
 
 def fraction(flag: str) -> Callable[[str], float]:
-    """An argparse type for a number in [0, 1)."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f'{text!r} is not a number (allowed: 0 <= x < 1)') from None
-        if not 0.0 <= value < 1.0:
-            raise argparse.ArgumentTypeError(f'{value} is out of range (allowed: 0 <= x < 1)')
-        return value
-    return parse
+    """An argparse type for a fraction such as ``--margin`` (its range in planner.limits)."""
+    return limited(flag)  # type: ignore[return-value]
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -31,55 +30,70 @@ EXIT_NO_PLAN = 1
 PLAN_SCHEMA = 'batchfit.plan-result/1'  # plan files are 'batchfit.plan/N'
 PARETO_ROWS = 8
 SECONDS_PER_DAY = 86_400.0
-_SUFFIXES = {'': 1, 'k': 1e3, 'm': 1e6, 'b': 1e9, 'g': 1e9, 't': 1e12}
-_COUNT_RE = re.compile(r'([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)([kmbgt]?)')
 
 
 # ---- argument types ---------------------------------------------------------------------
 
 def count(flag: str, integer: bool = True):
-    """An argparse type for a positive count: ``4096``, ``4_194_304``, ``2e12``, ``300B``.
+    """An argparse type for a count in the flag's range (:mod:`planner.limits`):
+    ``4096``, ``4_194_304``, ``2e12``, ``300B``, ``4M``, ``4Mi``.
 
-    Suffixes are decimal (k 1e3, M 1e6, B/G 1e9, T 1e12); an integer count must come
-    out whole.
+    Suffixes k, M, B/G, T are powers of ten; Ki, Mi, Gi, Ti powers of two. Counts are
+    parsed exactly (no float round trip).
     """
-    def parse(text: str) -> float:
-        match = _COUNT_RE.fullmatch(text.replace('_', '').replace(',', '').strip().lower())
-        if not match:
-            raise argparse.ArgumentTypeError(
-                f'{text!r} is not a count (allowed: e.g. 4096, 2e12, 300B, 4M)')
-        value = float(match[1]) * _SUFFIXES[match[2]]
-        if not value > 0 or not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f'{text!r} must be positive')
-        if integer:
-            if value != int(value):
-                raise argparse.ArgumentTypeError(f'{text!r} is not a whole number')
-            return int(value)
-        return value
-    return parse
+    from planner.cli.main import limited
+
+    return limited(flag)
 
 
 def positive_number(flag: str):
-    """An argparse type for a number > 0 (or >= 0 for prices)."""
-    def parse(text: str) -> float:
+    """An argparse type for a number in the flag's range (:mod:`planner.limits`)."""
+    from planner.cli.main import limited
+
+    return limited(flag)
+
+
+class GlobalBatchAction(argparse.Action):
+    """``--global-batch 1024`` (sequences), ``1kseq``, ``4Mtok`` (tokens): the unit
+    decides which of ``global_batch`` / ``global_batch_tokens`` is set; a size suffix
+    without a unit (``4M``) is refused as ambiguous."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from planner.cli.main import _reason
+        from planner.limits import LimitError, parse_global_batch
+
         try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and flag != '--price'):
-            raise argparse.ArgumentTypeError(f'{text!r} must be positive')
-        return value
-    return parse
+            value, unit = parse_global_batch(str(values))
+        except LimitError as exc:
+            parser.error(f'argument {option_string}: {_reason(exc)}')
+        setattr(namespace, 'global_batch_tokens' if unit == 'tokens' else 'global_batch',
+                value)
 
 
 def int_list(flag: str, allowed: tuple[int, ...] | None = None):
-    """An argparse type for a comma-separated list of positive integers."""
-    def parse(text: str) -> tuple[int, ...]:
-        try:
-            values = tuple(int(part) for part in text.split(',') if part.strip())
-        except ValueError:
+    """An argparse type for a comma-separated list of whole numbers (each in the flag's
+    range of :mod:`planner.limits`, or from ``allowed``)."""
+    from planner.limits import RANGES, LimitError, key_of, parse
+
+    key = key_of(flag)
+
+    def one(part: str) -> int:
+        if key in RANGES and allowed is None:
+            return int(parse(key, part))
+        if not (part.strip().isascii() and part.strip().isdigit()):
             raise argparse.ArgumentTypeError(
-                f'{text!r} is not a comma-separated list of integers') from None
+                f'{part.strip()!r} is not a whole number in {flag}')
+        return int(part)
+
+    def parse_list(text: str) -> tuple[int, ...]:
+        if len(text) > 10_000:
+            raise argparse.ArgumentTypeError('is too long (allowed: up to 10,000 characters)')
+        try:
+            values = tuple(one(part) for part in text.split(',') if part.strip())
+        except LimitError as exc:
+            from planner.cli.main import _reason
+
+            raise argparse.ArgumentTypeError(_reason(exc)) from None
         if not values:
             raise argparse.ArgumentTypeError('is empty')
         bad = [v for v in values if (allowed is not None and v not in allowed)
@@ -88,7 +102,7 @@ def int_list(flag: str, allowed: tuple[int, ...] | None = None):
             words = ', '.join(map(str, allowed)) if allowed else 'integers >= 1'
             raise argparse.ArgumentTypeError(f'{bad} not allowed (allowed: {words})')
         return values
-    return parse
+    return parse_list
 
 
 def word_list(flag: str, allowed: tuple[str, ...]):
@@ -123,10 +137,12 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument('--inter-node', help='network between nodes (default by GPU family: '
                    'ib-ndr for Hopper, ib-hdr for Ampere, ...)')
     batch = p.add_mutually_exclusive_group(required=True)
-    batch.add_argument('--global-batch', type=count('--global-batch'),
-                       help='sequences per optimizer step')
+    batch.add_argument('--global-batch', action=GlobalBatchAction,
+                       help='sequences per optimizer step (1024, 1kseq), or tokens with a '
+                            'unit (4Mtok = 4,000,000; 4Mitok = 4,194,304); a bare 4M is '
+                            'refused as ambiguous')
     batch.add_argument('--global-batch-tokens', type=count('--global-batch-tokens'),
-                       help='tokens per optimizer step (4M = 4,000,000)')
+                       help='tokens per optimizer step (4M = 4,000,000; 4Mi = 4,194,304)')
     length = p.add_mutually_exclusive_group(required=True)
     length.add_argument('--tokens', type=count('--tokens', integer=False),
                         help='training tokens, e.g. 2T')
@@ -285,7 +301,17 @@ def plan_json(req: PlanRequest, result: SearchResult, guidance: Guidance) -> dic
         'pareto': [row(c) for c in result.pareto_front()],
         'guidance': guidance.to_dict(),
         'request': req.to_dict(),
+        'explanation': _explanation(req, result),
+        'input_warnings': [w.text for w in request_warnings(req)],
     }
+
+
+def _explanation(req: PlanRequest, result: SearchResult) -> dict[str, Any] | None:
+    """Why there is no plan (None with one): planner.plans.no_plan's record."""
+    from planner.plans.no_plan import explain_no_plan
+
+    why = explain_no_plan(req, result)
+    return None if why is None else why.to_dict()
 
 
 def _si(value: float, unit: str = '') -> str:
@@ -299,23 +325,30 @@ def _si(value: float, unit: str = '') -> str:
 
 
 def _table(candidates: list[Candidate], has_length: bool) -> list[str]:
+    """The ranked rows; every column as wide as its widest cell (plus a space), so wide
+    values (a 2^20 micro-batch, a million GPUs) never run into the next column."""
     columns = [('#', 7), ('stack', 14), ('GPUs', 6), ('nodes', 6), ('tp/pp/cp/dp', 14),
-               ('micro×acc', 10),
-               ('ZeRO', 5), ('recompute', 10), ('mem GiB', 8), ('free GiB', 9), ('step s', 8),
-               ('tok/s', 8), ('MFU', 6), ('days', 7), ('GPU-h', 8), ('$', 8)]
-    lines = [''.join(f'{name:>{w}}' if i else f'{name:<{w}}' for i, (name, w) in
-                     enumerate(columns))]
+               ('micro×acc', 10), ('ZeRO', 5), ('recompute', 10), ('mem GiB', 8),
+               ('free GiB', 9), ('step s', 8), ('tok/s', 8), ('MFU', 6), ('days', 7),
+               ('GPU-h', 8), ('$', 8)]
+    rows = []
     for c in candidates:
-        cells = [str(c.rank), c.framework, str(c.gpus), str(c.nodes), c.layout,
-                 f'{c.micro_batch}×{c.grad_accum}', str(c.zero), c.recompute,
-                 f'{c.memory.total_bytes / 2**30:.1f}', f'{c.memory.headroom_bytes / 2**30:.1f}',
-                 f'{c.step_time_s:.3g}', _si(c.tokens_per_s), f'{c.mfu:.1%}',
-                 f'{c.time_to_train_s / SECONDS_PER_DAY:.1f}' if has_length else '-',
-                 _si(c.gpu_hours) if has_length else '-',
-                 _si(c.cost_usd) if has_length else '-']
-        lines.append(''.join(f'{cell:>{w}}' if i else f'{cell:<{w}}'
-                             for i, (cell, (_, w)) in enumerate(zip(cells, columns, strict=True))))
-    return lines
+        days = c.time_to_train_s / SECONDS_PER_DAY
+        rows.append([str(c.rank), c.framework, str(c.gpus), str(c.nodes), c.layout,
+                     f'{c.micro_batch}×{c.grad_accum}', str(c.zero), c.recompute,
+                     f'{c.memory.total_bytes / 2**30:.1f}',
+                     f'{c.memory.headroom_bytes / 2**30:.1f}', f'{c.step_time_s:.3g}',
+                     _si(c.tokens_per_s), f'{c.mfu:.1%}',
+                     (f'{days:.1f}' if days < 1e5 else _si(days)) if has_length else '-',
+                     _si(c.gpu_hours) if has_length else '-',
+                     _si(c.cost_usd) if has_length else '-'])
+    widths = [max([w] + [len(r[i]) + 1 for r in rows]) for i, (_, w) in enumerate(columns)]
+
+    def line(cells: list[str]) -> str:
+        return ''.join(f'{cell:>{w}}' if i else f'{cell:<{w}}'
+                       for i, (cell, w) in enumerate(zip(cells, widths, strict=True)))
+
+    return [line([name for name, _ in columns]), *(line(r) for r in rows)]
 
 
 def lora_line(req: PlanRequest) -> str:
@@ -386,6 +419,19 @@ def _guidance_lines(g: Guidance) -> list[str]:
     return lines
 
 
+def request_warnings(req: PlanRequest) -> list:
+    """Allowed but unlikely inputs (planner.limits.input_warnings) of a request."""
+    from planner.limits import input_warnings
+
+    length = req.length
+    return input_warnings(
+        seq_len=req.seq_len, max_positions=req.model.max_position_embeddings,
+        epochs=None if length is None or length.samples is None else length.epochs,
+        tokens=None if length is None else length.total_tokens(req.seq_len),
+        batch_tokens=req.target_batch_samples * req.seq_len,
+        gpus=req.max_nodes * req.gpus_per_node)
+
+
 def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
               inter_node_assumed: bool) -> str:
     """The readable report."""
@@ -403,6 +449,7 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
     ]
     if req.lora is not None:
         head.append(lora_line(req))
+    head.extend(f'WARNING: {w.text}' for w in request_warnings(req))
     if req.length is not None:
         tokens = req.length.total_tokens(req.seq_len)
         head.append(f'Training: {_si(tokens)} tokens = {tokens / (batch * req.seq_len):,.0f} '
@@ -410,7 +457,11 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
     head.append(f'Searched {result.grid_size:,} candidates in {result.elapsed_s:.2f} s: '
                 f'{result.fitting:,} fit.')
     if not result.fitting:
-        return '\n'.join([*head, '', f'No plan: {result.message}.'])
+        from planner.plans.no_plan import explain_no_plan
+
+        why = explain_no_plan(req, result)
+        text = why.text if why is not None else f'{result.message}.'
+        return '\n'.join([*head, '', f'No plan: {text}'])
     has_length = req.length is not None
     lines = [*head, '', *_table(result.top(), has_length)]
     front = result.pareto_front()

@@ -18,13 +18,14 @@ workspaces, allocator caching) are added on top of the tensor peak as named part
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
 import numpy as np
 
 from planner.distinct_rows import DistinctRows, Spread, distinct_rows
 from planner.hardware.devices import GpuSpec
+from planner.limits import check_figure
 from planner.memory.activations import (
     RECOMPUTE_CODES,
     EdgeBytes,
@@ -253,12 +254,20 @@ def _picked(cfg: ConfigArrays, rows: DistinctRows | None) -> ConfigArrays:
     return ConfigArrays(*(rows.pick(getattr(cfg, f.name)) for f in fields(cfg)))
 
 
+def _float_sizes(cfg: ConfigArrays) -> ConfigArrays:
+    """``cfg`` with the micro-batch and sequence length as float64: their products with
+    the model's sizes overflow int64 for long sequences and large micro-batches (the
+    estimate is in bytes as float64 throughout)."""
+    return replace(cfg, micro_batch=np.asarray(cfg.micro_batch, float),
+                   seq_len=np.asarray(cfg.seq_len, float))
+
+
 def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays,
                      layers: np.ndarray, inflight: np.ndarray) -> _Shared:
     """The activation figures of one micro-batch, evaluated once per distinct
     :func:`_token_rows` row and spread to every configuration."""
     rows = _token_rows(cfg)
-    at = _picked(cfg, rows)
+    at = _float_sizes(_picked(cfg, rows))
     b, s, t, c = at.micro_batch, at.seq_len, at.tp, at.cp
     sp = np.asarray(at.sequence_parallel, bool)
     lora = opts.lora if STACKS[opts.framework].kernels == 'hf' else None
@@ -427,7 +436,7 @@ def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) 
     # summed on the distinct rows, then spread once
     _, ms = _model_states(model, r, opt, opts, _picked(cfg, state_rows), 'first', None)
     states = ms.weights + ms.optimizer_states
-    layer_act, _ = _layer_activations(model, r, opts, _picked(cfg, token_rows))
+    layer_act, _ = _layer_activations(model, r, opts, _float_sizes(_picked(cfg, token_rows)))
     if state_rows is not None:
         states = state_rows.spread(states)
     if token_rows is not None:
@@ -726,20 +735,22 @@ def estimate(model: ModelSpec, setup: TrainingSetup, gpu: GpuSpec | None = None,
     arrays = estimate_arrays(model, MemoryOptions.from_setup(setup),
                              ConfigArrays.from_setup(setup), overheads)
 
-    def scalar(x) -> int:
-        return round(float(np.asarray(x)))
+    def scalar(x, what: str) -> int:
+        # the final guard: a figure that is not finite and >= 0 is an error, never shown
+        return round(check_figure(what, float(np.asarray(x))))
 
     notes = []
     if setup.attention == 'eager' and setup.seq_len >= 4096:
         notes.append('eager attention keeps s^2 scores per head: flash attention saves them')
     return MemoryEstimate(
-        components={k: scalar(v) for k, v in arrays.components.items()},
-        overhead={k: scalar(v) for k, v in arrays.overhead.items()},
-        phases={k: scalar(v) for k, v in arrays.phase_bytes.items()},
+        components={k: scalar(v, k) for k, v in arrays.components.items()},
+        overhead={k: scalar(v, k) for k, v in arrays.overhead.items()},
+        phases={k: scalar(v, f'{k} phase') for k, v in arrays.phase_bytes.items()},
         peak_phase=PHASES[int(arrays.peak_phase)],
-        tensor_peak_bytes=scalar(arrays.tensor_peak_bytes),
-        total_bytes=scalar(arrays.total_bytes),
+        tensor_peak_bytes=scalar(arrays.tensor_peak_bytes, 'tensor peak'),
+        total_bytes=scalar(arrays.total_bytes, 'total memory'),
         capacity_bytes=None if gpu is None else gpu.memory_bytes,
         margin_fraction=margin_fraction,
-        activations_per_layer_bytes=scalar(arrays.activations_per_layer_bytes),
+        activations_per_layer_bytes=scalar(arrays.activations_per_layer_bytes,
+                                           'activations per layer'),
         notes=tuple(notes))

@@ -111,9 +111,10 @@ def estimate_text(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
     lines.append('Phases: ' + ' · '.join(f'{k.replace("_", " ")} {gib(v)}'
                                          for k, v in est.phases.items()))
     if gpu is not None and est.usable_bytes is not None and est.headroom_bytes is not None:
-        verdict = 'fits' if est.fits else 'DOES NOT FIT'
+        verdict = (f'fits, headroom {gib(est.headroom_bytes)}' if est.fits else
+                   f'DOES NOT FIT, short by {gib(-est.headroom_bytes)}')
         lines.append(
             f'{gpu.name}: {gib(gpu.memory_bytes)}, usable {gib(est.usable_bytes)} with a '
-            f'{est.margin_fraction:.0%} margin: {verdict}, headroom {gib(est.headroom_bytes)}')
+            f'{est.margin_fraction:.0%} margin: {verdict}')
     lines.extend(f'note: {n}' for n in est.notes)
     return '\n'.join(lines)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from planner import limits
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.models.spec import ModelSpec
@@ -51,8 +52,9 @@ class LoraSpec:
     base_bits: int = 16
 
     def __post_init__(self) -> None:
-        if not isinstance(self.rank, int) or self.rank < 1:
-            raise InputError('--lora-rank', f'must be a positive integer, got {self.rank!r}')
+        if not isinstance(self.rank, int) or isinstance(self.rank, bool):
+            raise InputError('--lora-rank', f'must be a whole number, got {self.rank!r}')
+        limits.check('lora_rank', self.rank)
         unknown = sorted(set(self.targets) - set(LORA_TARGETS))
         if unknown or not self.targets:
             raise InputError('--lora-targets', f'unknown target(s) {unknown}',
@@ -149,8 +151,12 @@ class TrainingSetup:
     def __post_init__(self) -> None:
         for name in ('seq_len', 'micro_batch', 'grad_accum', 'tp', 'pp', 'vpp', 'cp', 'ep', 'dp'):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InputError(_flag(name), f'must be a positive integer, got {value!r}')
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InputError(_flag(name), f'must be a whole number, got {value!r}')
+            limits.check(name, value)
+        if self.world_size > limits.MAX_GPUS:
+            raise InputError('--dp', f'tp x pp x cp x dp = {self.world_size:,} GPUs',
+                             f'at most {limits.MAX_GPUS:,} GPUs (docs/limits.md)')
         choices = {'precision': tuple(RECIPES), 'optimizer': tuple(OPTIMIZERS),
                    'offload': OFFLOAD_MODES, 'recompute': RECOMPUTE_MODES,
                    'attention': ATTENTION_KINDS, 'framework': FRAMEWORKS}

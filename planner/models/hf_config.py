@@ -17,7 +17,6 @@ Known gaps, where ``ModelSpec`` cannot say what the checkpoint holds:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -70,6 +69,11 @@ def spec_from_hf_config(config: str | os.PathLike[str] | Config,
     if reader is not None:
         values = reader(cfg)
         how = f'model_type {model_type}'
+    elif (kind := _not_causal_decoder(cfg, model_type)) is not None:
+        raise InputError(FILE, f'model_type {model_type!r} is {kind}, not a causal '
+                         'decoder: batchfit plans decoder-only language models',
+                         ', '.join(_READERS) + ', or another causal decoder with the fields '
+                         + ', '.join(GENERIC_FIELDS))
     elif all(cfg.get(key) is not None for key in GENERIC_FIELDS):
         values = _llama_like(cfg, tie=False)
         how = (f'model_type {model_type!r} read generically as a Llama-style decoder '
@@ -86,20 +90,46 @@ def spec_from_hf_config(config: str | os.PathLike[str] | Config,
     return spec
 
 
+# Families that are not causal decoders: encoders (masked-LM objectives, bidirectional
+# attention) and encoder-decoders (transformers' model_type names).
+_NOT_DECODERS: dict[str, str] = {
+    **dict.fromkeys((
+        'bert', 'roberta', 'xlm-roberta', 'distilbert', 'albert', 'electra', 'deberta',
+        'deberta-v2', 'mpnet', 'camembert', 'ernie', 'modernbert', 'nomic_bert',
+        'xlm-roberta-xl', 'megatron-bert', 'rembert', 'roformer', 'funnel', 'longformer',
+        'big_bird', 'layoutlm', 'vit', 'clip', 'siglip', 'wav2vec2', 'hubert'), 'an encoder'),
+    **dict.fromkeys((
+        't5', 'mt5', 'umt5', 'longt5', 'bart', 'mbart', 'pegasus', 'marian', 'whisper',
+        'led', 'prophetnet', 'switch_transformers', 'plbart', 'fsmt', 'blenderbot'),
+        'an encoder-decoder'),
+}
+_DECODER_HEADS = ('ForCausalLM', 'LMHeadModel', 'ForConditionalGeneration')
+
+
+def _not_causal_decoder(cfg: Config, model_type: Any) -> str | None:
+    """What the config describes when it is not a causal decoder (None when it may be):
+    a known encoder or encoder-decoder family, ``is_encoder_decoder``, or only
+    non-generative heads in ``architectures`` (``BertForMaskedLM``...)."""
+    if isinstance(model_type, str) and model_type in _NOT_DECODERS:
+        return _NOT_DECODERS[model_type]
+    if cfg.get('is_encoder_decoder') is True:
+        return 'an encoder-decoder'
+    archs = cfg.get('architectures')
+    if (isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)
+            and not any(a.endswith(_DECODER_HEADS) for a in archs)):
+        return f'an encoder or classifier ({", ".join(archs[:3])})'
+    return None
+
+
 def _read_json(path: Path) -> dict[str, Any]:
+    from planner import untrusted
+
     try:
-        text = path.read_text(encoding='utf-8')
-    except FileNotFoundError as exc:
+        raw = untrusted.loads_json(untrusted.read_text(path, 'config.json'), str(path))
+    except (FileNotFoundError, IsADirectoryError) as exc:
         raise InputError(FILE, f'{path} does not exist') from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(FILE, f'{path} is not UTF-8 text') from exc
-    except OSError as exc:
-        raise InputError(FILE, f'cannot read {path}: {exc.strerror}') from exc
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(FILE, f'{path} is not valid JSON ({exc.msg} at line {exc.lineno}, '
-                         f'column {exc.colno}); is it truncated?') from exc
+    except InputError as exc:  # the field is config.json (callers name the path)
+        raise InputError(FILE, str(exc)[len(exc.field) + 2:]) from None
     if not isinstance(raw, dict):
         raise InputError(FILE, f'{path} must hold a JSON object, not {type(raw).__name__}')
     return raw

@@ -481,8 +481,29 @@ def plan_from_dict(data: Any, where: str = 'plan') -> PlanFile:
         candidate=_read_candidate(doc.section('candidate')),
         calibration=_read_calibration(doc, 'calibration'),
         created_by=doc.text('created_by', ''))
+    _check_ranges(plan, where)
     _check_consistent(plan, where)
     return plan
+
+
+def _check_ranges(plan: PlanFile, where: str) -> None:
+    """The plan's numbers inside the ranges every input has (planner.limits)."""
+    from planner import limits
+
+    t, c = plan.targets, plan.cluster
+    values = {('targets', 'seq_len'): t.seq_len, ('targets', 'global_batch'): t.global_batch,
+              ('targets', 'global_batch_tokens'): t.global_batch_tokens,
+              ('targets', 'tokens'): t.tokens, ('targets', 'samples'): t.samples,
+              ('targets', 'epochs'): t.epochs, ('cluster', 'max_nodes'): c.max_nodes,
+              ('cluster', 'gpus_per_node'): c.gpus_per_node}
+    for (section, key), value in values.items():
+        if value is None:
+            continue
+        try:
+            limits.check({'max_nodes': 'nodes'}.get(key, key), value)
+        except limits.LimitError as exc:
+            reason = str(exc)[len(exc.field) + 2:]
+            raise InputError(f'{where}: {section}.{key}', reason) from None
 
 
 def read_plan(path: str | os.PathLike[str]) -> PlanFile:
@@ -494,27 +515,17 @@ def read_plan(path: str | os.PathLike[str]) -> PlanFile:
     """
     path = Path(path)
     where = str(path)
+    from planner import untrusted
+
     try:
-        text = path.read_text(encoding='utf-8')
+        text = untrusted.read_text(path, 'plan', where)
     except FileNotFoundError:
         raise InputError(where, 'no such plan file') from None
     except IsADirectoryError:
         raise InputError(where, 'is a folder, not a plan file') from None
-    except UnicodeDecodeError:
-        raise InputError(where, 'is not UTF-8 text: not a plan file') from None
-    except OSError as exc:
-        raise InputError(where, f'cannot read: {exc.strerror}') from None
     if not text.strip():
         raise InputError(where, 'is empty: not a plan file (batchfit plan ... --save FILE)')
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        body = text.rstrip()
-        cut = exc.pos >= len(body) or not body.endswith(('}', ']'))
-        end = ' (truncated?)' if cut else ''
-        raise InputError(where, f'is not valid JSON{end}: {exc.msg} at line {exc.lineno}, '
-                         f'column {exc.colno}') from None
-    return plan_from_dict(data, where)
+    return plan_from_dict(untrusted.loads_json(text, where), where)
 
 
 def write_plan(path: str | os.PathLike[str], plan: PlanFile) -> None:

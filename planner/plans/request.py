@@ -7,13 +7,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from planner import limits
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
 from planner.memory.peak import (
@@ -90,12 +90,16 @@ class LayoutLimits:
     def __post_init__(self) -> None:
         for name in ('max_tp', 'max_pp', 'max_cp', 'max_vpp', 'max_micro_batch', 'max_ep'):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise InputError(_flag(name), f'must be a positive integer, got {value!r}')
+            if value is not None:
+                limits.check(name, value)
         for name in ('tp', 'pp', 'cp', 'vpp', 'micro_batch', 'gpus', 'ep'):
             values = getattr(self, name)
-            if any(not isinstance(x, (int, np.integer)) or x < 1 for x in values):
-                raise InputError(_flag(name), f'must be positive integers, got {values!r}')
+            if len(values) > 10_000:
+                raise InputError(_flag(name), f'{len(values):,} values', 'up to 10,000')
+            for x in values:
+                if not isinstance(x, (int, np.integer)):
+                    raise InputError(_flag(name), f'must be whole numbers, got {x!r}')
+                limits.check(name, x)
 
     def allowed(self, name: str, values: np.ndarray) -> np.ndarray:
         """``values`` filtered by the cap and the allow-list of axis ``name``."""
@@ -209,17 +213,25 @@ class PlanRequest:
     lora: LoraSpec | None = None
 
     def __post_init__(self) -> None:
-        for name in ('seq_len', 'max_nodes', 'gpus_per_node', 'top_k'):
+        for name, key in (('seq_len', 'seq_len'), ('max_nodes', 'nodes'),
+                          ('gpus_per_node', 'gpus_per_node'), ('top_k', 'top_k')):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise InputError(_flag(name), f'must be a positive integer, got {value!r}')
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise InputError(_flag(key), f'must be a whole number, got {value!r}')
+            limits.check(key, value)
+        if self.max_nodes * self.gpus_per_node > limits.MAX_GPUS:
+            raise InputError('--nodes', f'{self.max_nodes:,} x {self.gpus_per_node:,} = '
+                             f'{self.max_nodes * self.gpus_per_node:,} GPUs',
+                             f'at most {limits.MAX_GPUS:,} GPUs in all (docs/limits.md)')
         if (self.global_batch is None) == (self.global_batch_tokens is None):
             raise InputError('--global-batch', 'give exactly one of --global-batch (sequences) '
                              'and --global-batch-tokens')
         for name in ('global_batch', 'global_batch_tokens'):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
-                raise InputError(_flag(name), f'must be a positive integer, got {value!r}')
+            if value is not None:
+                if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                    raise InputError(_flag(name), f'must be a whole number, got {value!r}')
+                limits.check(name, value)
         if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
             raise InputError('--zero', f'got {self.zero_stages!r}', 'a list from 0, 1, 2, 3')
         if not self.recompute_modes or any(r not in RECOMPUTE_MODES
@@ -234,11 +246,9 @@ class PlanRequest:
                 raise InputError(_flag('sort' if name == 'sort_by' else name),
                                  f'unknown value {getattr(self, name)!r}',
                                  ', '.join(a for a in allowed if a))
-        if not 0.0 <= self.margin_fraction < 1.0:
-            raise InputError('--margin', f'must be in [0, 1), got {self.margin_fraction!r}')
-        price = self.price_per_gpu_hour_usd
-        if price is not None and not (math.isfinite(price) and price >= 0):
-            raise InputError('--price', f'must be a non-negative number, got {price!r}')
+        limits.check('margin', self.margin_fraction)
+        if self.price_per_gpu_hour_usd is not None:
+            limits.check('price', self.price_per_gpu_hour_usd)
         if self.max_nodes > 1 and self.inter_node is None:
             raise InputError('--inter-node', 'more than one node needs the network between '
                              'them (batchfit gpus --catalog lists them)')

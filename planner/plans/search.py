@@ -41,6 +41,8 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.distinct_rows import packed_key
+from planner.errors import InputError
+from planner.limits import FigureError
 from planner.memory.activations import RECOMPUTE_CODES
 from planner.memory.peak import MemoryArrays
 from planner.plans.request import SORT_KEYS, LayoutLimits, PlanMode, PlanRequest
@@ -57,12 +59,14 @@ from planner.stacks import STACKS, Stack
 from planner.timing.step_time import LayoutArrays, TrainingTimeArrays, training_time
 
 __all__ = [
+    'MAX_GRID_ROWS',
     'SORT_KEYS',
     'STATUS_NO_FACTORISATION',
     'STATUS_NO_FIT',
     'STATUS_OK',
     'Candidate',
     'CandidateMemory',
+    'GridTooLarge',
     'LayoutLimits',
     'PlanRequest',
     'SearchCancelled',
@@ -71,6 +75,7 @@ __all__ = [
     'enumerate_grid',
     'nearest_global_batches',
     'pareto_front',
+    'plan_units',
     'search',
 ]
 
@@ -134,15 +139,69 @@ def _axis_values(req: PlanRequest, stack: Stack | None = None) -> dict[str, np.n
     return axes
 
 
+# The most candidates one search holds. A row costs about 800 bytes at the search's
+# peak (layout, memory and step-time arrays and their temporaries): 3.2M rows took
+# 2.5 GB and 18 s on the 2-core development machine (benchmarks/hostile_inputs.py), so
+# 2M rows keep a search under ~1.6 GB. Above it the request is refused with the reason
+# and what narrows it.
+MAX_GRID_ROWS = 2_000_000
+# Elements of one dense boolean block while masks are built (chunks of this size).
+_CHUNK_ELEMENTS = 1 << 22
+
+
+class GridTooLarge(InputError):  # noqa: N818 (named as the brief and docs call it)
+    """The search would hold more than :data:`MAX_GRID_ROWS` candidates."""
+
+    def __init__(self, rows: int, stage: str) -> None:
+        super().__init__('--nodes', f'more than {rows:,} candidate layouts ({stage}) exceed '
+                         f'the search bound of {MAX_GRID_ROWS:,}',
+                         'fewer nodes or GPUs per node, a --gpus list, --max-micro-batch, '
+                         'or --tp/--pp/--cp lists that narrow the search')
+        self.rows, self.stage = rows, stage
+
+
+def _nonzero_bounded(mask_of: Callable[[int, int], np.ndarray], n: int, width: int,
+                     stage: str, cap: int, ndim: int) -> tuple[np.ndarray, ...]:
+    """``np.nonzero`` of an ``n``-row mask built ``mask_of(lo, hi)`` a block at a time,
+    refusing (:class:`GridTooLarge`) as soon as more than ``cap`` entries are set: the
+    memory is bounded by the block and the cap, whatever the request."""
+    rows = max(1, _CHUNK_ELEMENTS // max(width, 1))
+    parts: list[tuple[np.ndarray, ...]] = []
+    total = 0
+    for lo in range(0, n, rows):
+        found = np.nonzero(mask_of(lo, min(n, lo + rows)))
+        total += found[0].size
+        if total > cap:
+            raise GridTooLarge(total, stage)
+        parts.append((found[0] + lo, *found[1:]))
+    if not parts:
+        return tuple(np.zeros(0, np.intp) for _ in range(ndim))
+    return tuple(np.concatenate(axis) for axis in zip(*parts, strict=True))
+
+
+def _reachable_gpus(gpus: np.ndarray, model_parallel: np.ndarray, batch: int) -> np.ndarray:
+    """Which GPU counts split as ``mp * dp`` with ``dp`` dividing the batch (a cheap
+    superset of stage 1's mask, so that its dense block spans only these counts)."""
+    mp = np.sort(model_parallel)  # not np.unique: it imports numpy.ma (app start-up)
+    mp = mp[np.concatenate([[True], mp[1:] != mp[:-1]])] if mp.size else mp
+    keep = np.zeros(gpus.size, bool)
+    step = max(1, _CHUNK_ELEMENTS // max(mp.size, 1))
+    for lo in range(0, gpus.size, step):
+        w = gpus[lo:lo + step, None]
+        keep[lo:lo + step] = ((w % mp == 0) & (batch % np.maximum(w // mp, 1) == 0)).any(1)
+    return keep
+
+
 def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarray | None = None,
-                   fixed_accum: int | None = None) -> LayoutArrays:
+                   fixed_accum: int | None = None, cap: int = MAX_GRID_ROWS) -> LayoutArrays:
     """Every valid candidate for a global batch of ``batch_samples`` sequences, for every
     (stack, recipe) mode of the request (``PlanRequest.plan_modes``; ``mode`` holds the
     index), each with only the layouts its stack runs.
 
     Built in stages (GPU count x TP x PP x CP, then micro-batch, then virtual stages,
-    then ZeRO x recompute, then EP), each a broadcast mask turned into flat indices, so
-    the work is proportional to the valid candidates, not to the full cross product.
+    then ZeRO x recompute, then EP), each a mask built in bounded blocks and turned into
+    flat indices, so the work is proportional to the valid candidates, not to the full
+    cross product, and the modes together never hold more than ``cap`` rows.
 
     Args:
         req: the request (model, cluster, limits, modes).
@@ -151,28 +210,45 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
             the limits).
         fixed_accum: force this accumulation instead of ``B / (dp * micro_batch)`` (used
             to find feasible DP sizes regardless of B; then ``dp`` need not divide B).
+        cap: the most rows any stage may hold.
+
+    Raises:
+        GridTooLarge: a stage would hold more than ``cap`` rows.
     """
-    parts = [_enumerate_mode(req, k, mode, batch_samples, micro_batches, fixed_accum)
-             for k, mode in enumerate(req.plan_modes())]
+    parts: list[LayoutArrays] = []
+    for k, mode in enumerate(req.plan_modes()):
+        left = cap - sum(len(part) for part in parts)
+        parts.append(_enumerate_mode(req, k, mode, batch_samples, micro_batches, fixed_accum,
+                                     left))
     return parts[0] if len(parts) == 1 else LayoutArrays.concatenate(parts)
 
 
 def _enumerate_mode(req: PlanRequest, code: int, mode: PlanMode, batch_samples: int,
-                    micro_batches: np.ndarray | None, fixed_accum: int | None) -> LayoutArrays:
+                    micro_batches: np.ndarray | None, fixed_accum: int | None,
+                    cap: int) -> LayoutArrays:
     """The candidates of one plan mode (see :func:`enumerate_grid`)."""
     model = req.model
     stack = STACKS[mode.stack]
     gpus, nodes, per_node = _gpu_counts(req)
     ax = _axis_values(req, stack)
     tp, pp, cp = ax['tp'], ax['pp'], ax['cp']
+    if fixed_accum is None:
+        mp_all = (tp[:, None, None] * pp[None, :, None] * cp[None, None, :]).ravel()
+        keep = _reachable_gpus(gpus, mp_all, batch_samples)
+        gpus, nodes, per_node = gpus[keep], nodes[keep], per_node[keep]
     # Stage 1: GPU count x TP x PP x CP -> DP (TP inside a node, dividing it).
-    w, g = gpus[:, None, None, None], per_node[:, None, None, None]
     t, p, c = tp[None, :, None, None], pp[None, None, :, None], cp[None, None, None, :]
     model_parallel = t * p * c
-    ok = (w % model_parallel == 0) & (t <= g) & (g % t == 0)
-    if fixed_accum is None:
-        ok &= (batch_samples % np.maximum(w // model_parallel, 1) == 0)
-    iw, it, ip, ic = np.nonzero(ok)
+
+    def stage1(lo: int, hi: int) -> np.ndarray:
+        w, g = gpus[lo:hi, None, None, None], per_node[lo:hi, None, None, None]
+        ok = (w % model_parallel == 0) & (t <= g) & (g % t == 0)
+        if fixed_accum is None:
+            ok &= (batch_samples % np.maximum(w // model_parallel, 1) == 0)
+        return ok
+
+    iw, it, ip, ic = _nonzero_bounded(stage1, gpus.size, tp.size * pp.size * cp.size,
+                                      'GPU counts x TP x PP x CP', cap, 4)
     sel = {'nodes': nodes[iw], 'gpus_per_node': per_node[iw], 'tp': tp[it], 'pp': pp[ip],
            'cp': cp[ic]}
     sel['dp'] = gpus[iw] // (sel['tp'] * sel['pp'] * sel['cp'])
@@ -180,11 +256,15 @@ def _enumerate_mode(req: PlanRequest, code: int, mode: PlanMode, batch_samples: 
     # Stage 2: micro-batch, hence accumulation.
     if micro_batches is None:
         micro_batches = req.limits.allowed('micro_batch', divisors(batch_samples))
-    if fixed_accum is None:
-        ok = (batch_samples // sel['dp'])[:, None] % micro_batches[None, :] == 0
-    else:
-        ok = np.ones((len(sel['dp']), len(micro_batches)), bool)
-    il, ib = np.nonzero(ok)
+    per_rank = batch_samples // sel['dp']
+
+    def stage2(lo: int, hi: int) -> np.ndarray:
+        if fixed_accum is not None:
+            return np.ones((hi - lo, len(micro_batches)), bool)
+        return per_rank[lo:hi, None] % micro_batches[None, :] == 0
+
+    il, ib = _nonzero_bounded(stage2, sel['dp'].size, len(micro_batches), 'x micro-batch',
+                              cap, 2)
     sel = {k: a[il] for k, a in sel.items()}
     sel['micro_batch'] = micro_batches[ib]
     if fixed_accum is None:
@@ -194,13 +274,16 @@ def _enumerate_mode(req: PlanRequest, code: int, mode: PlanMode, batch_samples: 
 
     # Stage 3: virtual pipeline stages (Megatron: pp > 1, accum % pp == 0, whole chunks).
     v = ax['vpp'][None, :] if fixed_accum is None else np.ones((1, 1), int)
-    p2, m2 = sel['pp'][:, None], sel['grad_accum'][:, None]
-    if req.limits.uneven_pipeline:
-        whole = p2 * v <= model.num_layers
-    else:
-        whole = (model.num_layers // p2) % v == 0
-    ok = (v == 1) | ((p2 > 1) & (m2 % p2 == 0) & whole)
-    il, iv = np.nonzero(ok)
+
+    def stage3(lo: int, hi: int) -> np.ndarray:
+        p2, m2 = sel['pp'][lo:hi, None], sel['grad_accum'][lo:hi, None]
+        if req.limits.uneven_pipeline:
+            whole = p2 * v <= model.num_layers
+        else:
+            whole = (model.num_layers // p2) % v == 0
+        return (v == 1) | ((p2 > 1) & (m2 % p2 == 0) & whole)
+
+    il, iv = _nonzero_bounded(stage3, sel['pp'].size, v.shape[1], 'x virtual stages', cap, 2)
     sel = {k: a[il] for k, a in sel.items()}
     sel['vpp'] = v[0, iv]
 
@@ -209,28 +292,36 @@ def _enumerate_mode(req: PlanRequest, code: int, mode: PlanMode, batch_samples: 
     # the stack composes them).
     zeros = np.asarray(mode.zero_stages)
     codes = np.asarray(sorted(RECOMPUTE_CODES[r] for r in mode.recompute_modes))
-    shard = (sel['dp'] * sel['cp'])[:, None, None]
-    z = zeros[None, :, None]
-    ok = (z == 0) | (shard > 1)
+    shard_all = sel['dp'] * sel['cp']
+    split_all = sel['tp'] * sel['pp'] * sel['cp'] > 1
     with_pp = np.zeros(4, dtype=bool)  # a lookup, not np.isin (which imports numpy.ma)
     with_pp[list(stack.zero_with_pp)] = True
-    ok = ok & ((sel['pp'] == 1)[:, None, None] | with_pp[z])
-    if not stack.zero0_with_split:
-        split = (sel['tp'] * sel['pp'] * sel['cp'] > 1)[:, None, None]
-        ok = ok & ((z != 0) | ~split | (shard == 1))
-    ok = np.broadcast_to(ok, (len(shard), len(zeros), len(codes)))
-    il, iz, ir = np.nonzero(ok)
+    z = zeros[None, :, None]
+
+    def stage4(lo: int, hi: int) -> np.ndarray:
+        shard = shard_all[lo:hi, None, None]
+        ok = ((z == 0) | (shard > 1)) & ((sel['pp'][lo:hi] == 1)[:, None, None] | with_pp[z])
+        if not stack.zero0_with_split:
+            ok = ok & ((z != 0) | ~split_all[lo:hi, None, None] | (shard == 1))
+        return np.broadcast_to(ok, (hi - lo, len(zeros), len(codes)))
+
+    il, iz, ir = _nonzero_bounded(stage4, shard_all.size, len(zeros) * len(codes),
+                                  'x ZeRO x recompute', cap, 3)
     sel = {k: a[il] for k, a in sel.items()}
     sel['zero'], sel['recompute'] = zeros[iz], codes[ir]
 
     # Stage 5: expert parallelism (MoE, stacks with EP): EP divides dp x cp.
-    ep = ax['ep'][None, :]
-    ok = ((sel['dp'] * sel['cp'])[:, None] % ep == 0)
-    il, ie = np.nonzero(ok)
+    ep = ax['ep']
+    dp_cp = sel['dp'] * sel['cp']
+
+    def stage5(lo: int, hi: int) -> np.ndarray:
+        return dp_cp[lo:hi, None] % ep[None, :] == 0
+
+    il, ie = _nonzero_bounded(stage5, dp_cp.size, ep.size, 'x expert parallel', cap, 2)
     return LayoutArrays(**{k: a[il] for k, a in sel.items()},
                         sequence_parallel=np.full(il.size, req.limits.sequence_parallel
                                                   and stack.sequence_parallel),
-                        ep=ep[0, ie], mode=np.full(il.size, code))
+                        ep=ep[ie], mode=np.full(il.size, code))
 
 
 # ---- ranking ----------------------------------------------------------------------------
@@ -380,6 +471,7 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
             time_per_epoch_s=np.full(rows.size, math.nan),
             gpu_hours=np.full(rows.size, math.nan), cost_usd=np.full(rows.size, math.nan))
         time_key = st.step_time_s
+    _guard_figures(st, tr if req.length is not None else None, memory)
     cost_key = st.step_time_s * st.gpus if req.length is None else tr.gpu_hours
     headroom = usable - np.asarray(memory.total_bytes, float)
     ranking = _ranking(req.sort_by, time_key, cost_key, headroom, layout, st.gpus)
@@ -394,11 +486,33 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
         pareto=front)
 
 
+def _guard_figures(st, tr: TrainingTimeArrays | None, memory: MemoryArrays) -> None:
+    """The final guard: every figure a result shows is finite and non-negative, else a
+    :class:`~planner.limits.FigureError` (never a negative time, MFU or cost on screen)."""
+    figures = {'step time': st.step_time_s, 'tokens per second': st.tokens_per_s,
+               'MFU': st.mfu, 'memory': memory.total_bytes}
+    if tr is not None:
+        figures.update({'time to train': tr.time_to_train_s, 'GPU-hours': tr.gpu_hours,
+                        'cost': tr.cost_usd, 'steps': tr.steps})
+    for what, values in figures.items():
+        values = np.asarray(values, float)
+        bad = ~(np.isfinite(values) & (values >= 0))
+        if bad.any():
+            raise FigureError(what, float(values[bad].flat[0]))
+
+
 def _without_plan(req: PlanRequest, started: float, status: str, message: str, grid_size: int,
                   min_total: float | None, step: Callable[[float], None]) -> SearchResult:
     """A result with no candidates, offering the nearest global batches that have one."""
-    below, above = nearest_global_batches(req)
-    if below is None and above is None:
+    try:
+        below, above = nearest_global_batches(req)
+    except GridTooLarge:
+        below = above = None
+        message += ('; the nearest global batches were not searched (more layouts than the '
+                    'search bound)')
+    if below is None and above is None and 'not searched' in message:
+        pass
+    elif below is None and above is None:
         message += '; no global batch has a plan with these GPUs and options'
     else:
         offers = [f'{n} sequences ({n * req.seq_len:,} tokens) {side}'
@@ -413,20 +527,8 @@ def _without_plan(req: PlanRequest, started: float, status: str, message: str, g
 
 def nearest_global_batches(req: PlanRequest) -> tuple[int | None, int | None]:
     """The nearest global batches (sequences) strictly below and above the target that
-    have a fitting plan.
-
-    A layout (TP, PP, CP, DP, ZeRO, recompute) that fits at the smallest allowed
-    micro-batch b with ``grad_accum >= pp`` (the most micro-batches in flight) also
-    fits at any smaller accumulation, so it serves every batch that is a multiple of
-    ``dp * b``. One memory call over those layouts gives the usable ``dp * b`` units.
-    """
-    b_min = min(req.limits.micro_batch, default=1)
-    pp_max = max(int(_axis_values(req)['pp'].max(initial=1)), 2)
-    grid = enumerate_grid(req, 1, micro_batches=np.asarray([b_min]), fixed_accum=pp_max)
-    if len(grid) == 0:
-        return None, None
-    memory = req.memory_arrays(grid)
-    units = np.unique(grid.dp[np.asarray(memory.total_bytes) <= req.usable_bytes] * b_min)
+    have a fitting plan (see :func:`plan_units`)."""
+    units = plan_units(req)
     if units.size == 0:
         return None, None
     target = req.target_batch_samples
@@ -434,3 +536,24 @@ def nearest_global_batches(req: PlanRequest) -> tuple[int | None, int | None]:
     below = below[below >= units]
     above = (np.floor(target / units) + 1) * units
     return (int(below.max()) if below.size else None), int(above.min())
+
+
+def plan_units(req: PlanRequest) -> np.ndarray:
+    """The batch units ``dp * b`` (sequences) with a fitting layout: a global batch has a
+    plan when it is a multiple of one of them.
+
+    A layout (TP, PP, CP, DP, ZeRO, recompute) that fits at the smallest allowed
+    micro-batch b with ``grad_accum >= pp`` (the most micro-batches in flight) also
+    fits at any smaller accumulation, so it serves every batch that is a multiple of
+    ``dp * b``. One memory call over those layouts gives the usable ``dp * b`` units.
+
+    Raises:
+        GridTooLarge: more layouts than the search bound.
+    """
+    b_min = min(req.limits.micro_batch, default=1)
+    pp_max = max(int(_axis_values(req)['pp'].max(initial=1)), 2)
+    grid = enumerate_grid(req, 1, micro_batches=np.asarray([b_min]), fixed_accum=pp_max)
+    if len(grid) == 0:
+        return np.zeros(0, np.int64)
+    memory = req.memory_arrays(grid)  # each candidate with its own stack and recipe
+    return np.unique(grid.dp[np.asarray(memory.total_bytes) <= req.usable_bytes] * b_min)

@@ -412,7 +412,9 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     r, opt = RECIPES[precision], OPTIMIZERS[optimizer]
     lay = layout
     t, p, v, c, d = lay.tp, lay.pp, lay.vpp, lay.cp, lay.dp
-    b, m, g = lay.micro_batch, lay.grad_accum, lay.gpus_per_node
+    # sizes as float64: token and FLOP counts of large inputs overflow int64
+    b, m = np.asarray(lay.micro_batch, float), np.asarray(lay.grad_accum, float)
+    g = lay.gpus_per_node
     rc, zero = np.asarray(lay.recompute), np.asarray(lay.zero)
     s, h, layers = seq_len, model.hidden_size, model.num_layers
     if inter_node is None and np.any(lay.nodes > 1):
@@ -615,12 +617,13 @@ class TrainingLength:
     def __post_init__(self) -> None:
         if (self.tokens is None) == (self.samples is None):
             raise InputError('--tokens', 'give either a token budget or samples x epochs')
-        if self.tokens is not None and not self.tokens > 0:
-            raise InputError('--tokens', f'must be positive, got {self.tokens!r}')
-        if self.samples is not None and not self.samples > 0:
-            raise InputError('--samples', f'must be positive, got {self.samples!r}')
-        if not self.epochs > 0:
-            raise InputError('--epochs', f'must be positive, got {self.epochs!r}')
+        from planner import limits
+
+        if self.tokens is not None:
+            limits.check('tokens', self.tokens)
+        if self.samples is not None:
+            limits.check('samples', self.samples)
+        limits.check('epochs', self.epochs)
 
     def total_tokens(self, seq_len: int) -> float:
         """Tokens processed over the whole run."""

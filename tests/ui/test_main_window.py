@@ -188,11 +188,13 @@ def test_filters(qtbot, window):
 def test_bad_values_turn_fields_red(qtbot, window):
     panel = window.inputs
     panel.seq_len_edit.setText('abc')
-    assert 'not a count' in error_of(panel.seq_len_edit)
-    assert 'not a count' in panel.seq_len_edit.toolTip()
-    assert 'seq-len' in panel.error_label.text()
+    assert 'not a number' in error_of(panel.seq_len_edit)
+    assert 'not a number' in panel.seq_len_edit.toolTip()
+    assert 'not a number' in panel.note_of(panel.seq_len_edit)  # next to the field
+    assert panel.error_label.text() == ''  # not at the bottom, in CLI words
     panel.seq_len_edit.setText('4096')
     assert error_of(panel.seq_len_edit) == ''
+    assert panel.note_of(panel.seq_len_edit) == ''
 
     panel.model_edit.setText('no-such-model-xyz')
     assert 'unknown model' in error_of(panel.model_edit)
@@ -206,7 +208,7 @@ def test_bad_values_turn_fields_red(qtbot, window):
         box.setChecked(True)
 
     panel.price_edit.setText('-3')
-    assert 'positive' in error_of(panel.price_edit)
+    assert 'too small' in error_of(panel.price_edit)
     panel.price_edit.setText('')
     assert error_of(panel.price_edit) == ''
 

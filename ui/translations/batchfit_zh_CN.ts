@@ -1000,8 +1000,40 @@ The details are in the log folder:
 <context>
     <name>FieldCheck</name>
     <message>
-        <source>{text} must be finite</source>
-        <translation>{text} 必须是有限数值</translation>
+        <source>“{text}” is not a number</source>
+        <translation>“{text}” 不是数字</translation>
+    </message>
+    <message>
+        <source>“{text}” is not a whole number</source>
+        <translation>“{text}” 不是整数</translation>
+    </message>
+    <message>
+        <source>{text} is too small</source>
+        <translation>{text} 太小</translation>
+    </message>
+    <message>
+        <source>{text} is too large</source>
+        <translation>{text} 太大</translation>
+    </message>
+    <message>
+        <source>“{text}” needs a unit: tok or seq</source>
+        <translation>“{text}” 需要单位：tok 或 seq</translation>
+    </message>
+    <message>
+        <source>empty: type a number</source>
+        <translation>为空：请输入数字</translation>
+    </message>
+    <message>
+        <source>allowed: above {low} up to {high}</source>
+        <translation>允许：大于 {low}，至多 {high}</translation>
+    </message>
+    <message>
+        <source>allowed: whole numbers {low} to {high}</source>
+        <translation>允许：{low} 到 {high} 的整数</translation>
+    </message>
+    <message>
+        <source>allowed: {low} to {high}</source>
+        <translation>允许：{low} 到 {high}</translation>
     </message>
 </context>
 <context>
@@ -1052,10 +1084,6 @@ The details are in the log folder:
     <message>
         <source>Tokens per training sequence.</source>
         <translation>每条训练序列的 token 数。</translation>
-    </message>
-    <message>
-        <source>Target global batch per optimizer step = micro-batch × accumulation × data-parallel size. In sequences, or in tokens (must be a multiple of the sequence length). Suffixes: k, M, B, T.</source>
-        <translation>每次优化器更新的目标全局批大小 = 微批次大小 × 梯度累积步数 × 数据并行度。单位为序列数或 token 数（token 数须为序列长度的整数倍）。可用后缀：k、M、B、T。</translation>
     </message>
     <message>
         <source>How much data the run sees: a token budget (e.g. 1T) or a data set of N sequences × epochs. Sets the number of steps and so time-to-train.</source>
@@ -1160,6 +1188,10 @@ The details are in the log folder:
     <message>
         <source>global batch</source>
         <translation>全局批大小</translation>
+    </message>
+    <message>
+        <source>Target global batch per optimizer step = micro-batch × accumulation × data-parallel size. In sequences, or in tokens (must be a multiple of the sequence length); changing the unit converts the number. Suffixes as in the CLI: k, M, G (or B), T are powers of ten; Ki, Mi, Gi, Ti powers of two (4Mi = 4,194,304).</source>
+        <translation>每个优化器步的目标全局批量 = 微批量 × 梯度累积 × 数据并行规模。以序列或 token 为单位（token 数须为序列长度的整数倍）；切换单位时数值随之换算。后缀与命令行相同：k、M、G（或 B）、T 为 10 的幂；Ki、Mi、Gi、Ti 为 2 的幂（4Mi = 4,194,304）。</translation>
     </message>
     <message>
         <source>Full training updates every weight. LoRA trains small rank-r adapters on a frozen 16-bit base; QLoRA on a 4-bit NF4 base (bitsandbytes). Both run data parallel with ZeRO/FSDP, as PEFT does: no TP, PP or CP.</source>
@@ -1312,8 +1344,8 @@ The details are in the log folder:
         <translation>重计算</translation>
     </message>
     <message>
-        <source>memory margin</source>
-        <translation>显存预留</translation>
+        <source>memory margin (%)</source>
+        <translation>显存余量（%）</translation>
     </message>
     <message>
         <source>price (USD/GPU-hour)</source>
@@ -1340,6 +1372,10 @@ The details are in the log folder:
         <translation>本机：{n} × {name}</translation>
     </message>
     <message>
+        <source>{gpus:,} GPUs in all is too many (allowed: up to {most:,})</source>
+        <translation>共 {gpus:,} 块 GPU 过多（允许：至多 {most:,}）</translation>
+    </message>
+    <message>
         <source>tick at least one ZeRO stage</source>
         <translation>请至少勾选一个 ZeRO 阶段</translation>
     </message>
@@ -1352,8 +1388,36 @@ The details are in the log folder:
         <translation>基准学习率和基准批大小需要同时填写</translation>
     </message>
     <message>
+        <source>beyond the model’s context of {context:,.0f} tokens: it needs a long-context recipe</source>
+        <translation>超出模型 {context:,.0f} 个 token 的上下文长度：需要长上下文训练方案</translation>
+    </message>
+    <message>
+        <source>{epochs:,g} epochs is far more than language models are trained for</source>
+        <translation>{epochs:,g} 个轮次远多于语言模型通常的训练轮数</translation>
+    </message>
+    <message>
+        <source>{tokens:.3g} tokens is over 100× the largest published budgets</source>
+        <translation>{tokens:.3g} 个 token 超过已公开最大训练量的 100 倍</translation>
+    </message>
+    <message>
+        <source>{tokens:.3g} tokens per step is over 10× the largest published batches</source>
+        <translation>每步 {tokens:.3g} 个 token 超过已公开最大批量的 10 倍</translation>
+    </message>
+    <message>
+        <source>{gpus:,.0f} GPUs is more than any cluster built so far</source>
+        <translation>{gpus:,.0f} 块 GPU 超过迄今任何已建成的集群</translation>
+    </message>
+    <message>
         <source>= {n:,.6g} sequences of {s:,.0f}</source>
         <translation>= {n:,.6g} 条长度为 {s:,.0f} 的序列</translation>
+    </message>
+    <message>
+        <source>: not whole; round batches nearby: {b}</source>
+        <translation>：不是整数；附近的整齐批量：{b}</translation>
+    </message>
+    <message>
+        <source>{n:,} sequences ({t:,} tokens)</source>
+        <translation>{n:,} 个序列（{t:,} 个 token）</translation>
     </message>
     <message>
         <source>= {t:,.0f} tokens</source>

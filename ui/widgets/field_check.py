@@ -1,25 +1,25 @@
-"""Parsing typed numbers the way the CLI does, and marking a field red with its reason.
+"""Parsing typed numbers with the core's own ranges, and marking a field red with why.
 
-The reasons come from the CLI's own parsers (``planner.cli.plan``) and stay English, as
-the core's error messages do (ui/core_terms.py says why).
+Every number goes through :mod:`planner.limits` (the CLI's parser too), so a value is
+accepted or refused the same way in both; the reason is worded here in the user's
+language from the refusal's kind and the range's bounds.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-
 from PySide6.QtWidgets import QWidget
 
-from planner.cli.plan import count, positive_number
+from planner import limits
 from ui.i18n import translate
 
 ERROR_STYLE = 'border: 2px solid #c62828; background: #ffebee;'
+WARNING_STYLE = 'border: 2px solid #ef6c00;'
 ERROR_PROPERTY = 'batchfit_error'
 
 
 class FieldError(ValueError):
-    """A typed value is not acceptable; ``flag`` names the field as the CLI does."""
+    """A typed value is not acceptable; ``flag`` names the field as the CLI does and
+    ``message`` says why in the user's language."""
 
     def __init__(self, flag: str, message: str) -> None:
         super().__init__(f'{flag}: {message}')
@@ -27,31 +27,67 @@ class FieldError(ValueError):
         self.message = message
 
 
-def parse_count(flag: str, text: str, integer: bool = True) -> float:
-    """``4096``, ``4_194_304``, ``2e12``, ``300B``, ``4M`` (as ``batchfit plan``)."""
-    try:
-        return count(flag, integer)(text)
-    except argparse.ArgumentTypeError as exc:
-        raise FieldError(flag, str(exc)) from None
+def _number(value: float) -> str:
+    """A bound as the user reads it: 16,777,216; 0.9; 10^12."""
+    if value == int(value):
+        v = int(value)
+        digits = len(str(v)) - 1
+        return f'10^{digits}' if digits >= 9 and v == 10**digits else f'{v:,}'
+    return f'{value:g}'
 
 
-def parse_positive(flag: str, text: str, optional: bool = False) -> float | None:
-    """A number > 0 (>= 0 for ``--price``); blank gives None when ``optional``."""
+def reason(exc: limits.LimitError) -> str:
+    """Why ``exc`` refused its text, and what is allowed, in the user's language."""
+    rng = limits.RANGES[exc.key]
+    low, high = _number(rng.low), _number(rng.high)
+    text = exc.text.strip()
+    why = {
+        limits.NOT_NUMBER: translate('FieldCheck', '“{text}” is not a number'),
+        limits.NOT_WHOLE: translate('FieldCheck', '“{text}” is not a whole number'),
+        limits.TOO_SMALL: (translate('FieldCheck', '{text} is too small')),
+        limits.TOO_LARGE: translate('FieldCheck', '{text} is too large'),
+        limits.AMBIGUOUS: translate('FieldCheck', '“{text}” needs a unit: tok or seq'),
+        limits.EMPTY: translate('FieldCheck', 'empty: type a number'),
+    }[exc.kind].format(text=text[:24])
+    if rng.low_open:
+        allowed = translate('FieldCheck', 'allowed: above {low} up to {high}')
+    elif rng.integer:
+        allowed = translate('FieldCheck', 'allowed: whole numbers {low} to {high}')
+    else:
+        allowed = translate('FieldCheck', 'allowed: {low} to {high}')
+    return f'{why} ({allowed.format(low=low, high=high)})'
+
+
+def parse_field(key: str, text: str, optional: bool = False) -> int | float | None:
+    """``text`` as the value of ``key`` (a :data:`planner.limits.RANGES` key); blank gives
+    None when ``optional``.
+
+    Raises:
+        FieldError: with the reason in the user's language.
+    """
     if optional and not text.strip():
         return None
     try:
-        value = positive_number(flag)(text.strip())
-    except argparse.ArgumentTypeError as exc:
-        raise FieldError(flag, str(exc)) from None
-    if not math.isfinite(value):
-        raise FieldError(flag, translate('FieldCheck', '{text} must be finite').format(
-            text=repr(text)))
-    return value
+        return limits.parse(key, text)
+    except limits.LimitError as exc:
+        raise FieldError(limits.RANGES[key].flag, reason(exc)) from None
+
+
+def parse_count(flag: str, text: str, integer: bool = True) -> float:
+    """``4096``, ``4_194_304``, ``2e12``, ``300B``, ``4M``, ``4Mi`` (as ``batchfit plan``),
+    in the range of ``flag`` (``integer`` is the range's own)."""
+    del integer  # the range says whether the field counts
+    return parse_field(limits.key_of(flag), text)  # type: ignore[return-value]
+
+
+def parse_positive(flag: str, text: str, optional: bool = False) -> float | None:
+    """A number in the range of ``flag``; blank gives None when ``optional``."""
+    return parse_field(limits.key_of(flag), text, optional)
 
 
 def format_count(value: float) -> str:
     """1e12 -> '1T', 4194304 -> '4194304' (exact values stay digits)."""
-    for factor, suffix in ((1e12, 'T'), (1e9, 'B'), (1e6, 'M')):
+    for factor, suffix in ((10**12, 'T'), (10**9, 'B'), (10**6, 'M')):
         if value >= factor and value % factor == 0:
             return f'{int(value // factor)}{suffix}'
     return f'{int(value)}' if value == int(value) else f'{value:g}'

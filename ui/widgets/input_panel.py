@@ -9,6 +9,7 @@ the reason as tooltip and in the line under the group (:meth:`InputPanel.show_er
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QCompleter,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -25,25 +25,27 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QScrollArea,
-    QSpinBox,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from planner import limits
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.timing.step_time import RECOMPUTE_MODES
 from ui.core_terms import core_text
 from ui.i18n import translate
 from ui.plan_inputs import PlanInputs
+from ui.widgets.count_edit import CountEdit
 from ui.widgets.field_check import (
+    WARNING_STYLE,
     FieldError,
     error_of,
     format_count,
     mark_error,
-    parse_count,
-    parse_positive,
+    parse_field,
+    reason,
 )
 
 if TYPE_CHECKING:
@@ -59,7 +61,8 @@ TIPS = {
     'batch': QT_TRANSLATE_NOOP(
         'InputPanel', 'Target global batch per optimizer step = micro-batch × accumulation × '
         'data-parallel size. In sequences, or in tokens (must be a multiple of the sequence '
-        'length). Suffixes: k, M, B, T.'),
+        'length); changing the unit converts the number. Suffixes as in the CLI: k, M, G '
+        '(or B), T are powers of ten; Ki, Mi, Gi, Ti powers of two (4Mi = 4,194,304).'),
     'length': QT_TRANSLATE_NOOP(
         'InputPanel', 'How much data the run sees: a token budget (e.g. 1T) or a data set of N '
         'sequences × epochs. Sets the number of steps and so time-to-train.'),
@@ -113,6 +116,10 @@ TIPS = {
         'InputPanel', 'Measured gradient noise scale B_noise in tokens (≈ the critical batch, '
         'McCandlish et al. 2018); blank: the DeepSeek scaling law stands in.'),
 }
+
+
+# a unit typed after the batch: 4Mtok, 1kseq (planner.limits.parse_global_batch)
+_UNIT_WORD = re.compile(r'(tok|token|tokens|seq|seqs|sequences|samples)$')
 
 
 @lru_cache(maxsize=1)
@@ -186,6 +193,9 @@ class InputPanel(QScrollArea):
         layout = QVBoxLayout(body)
         layout.setContentsMargins(6, 6, 6, 6)
         self._tips: dict[QWidget, str] = {}
+        self._notes: dict[QWidget, tuple[QFormLayout, QLabel]] = {}
+        self._labels: dict[QWidget, str] = {}
+        self._warnings: dict[str, str] = {}
         self._local_count = 0
 
         # model
@@ -253,12 +263,10 @@ class InputPanel(QScrollArea):
         _narrow(self.gpu_combo)
         self._add_row(form, translate('InputPanel', 'GPU'), self.gpu_combo, self.gpu_combo,
                       TIPS['gpu'])
-        self.nodes_spin = QSpinBox()
-        self.nodes_spin.setRange(1, 100_000)
+        self.nodes_spin = CountEdit('nodes')
         self._add_row(form, translate('InputPanel', 'nodes'), self.nodes_spin, self.nodes_spin,
                       TIPS['nodes'])
-        self.gpus_per_node_spin = QSpinBox()
-        self.gpus_per_node_spin.setRange(1, 256)
+        self.gpus_per_node_spin = CountEdit('gpus_per_node')
         self._add_row(form, translate('InputPanel', 'GPUs per node'), self.gpus_per_node_spin,
                       self.gpus_per_node_spin, TIPS['gpus_per_node'])
         self.inter_node_combo = QComboBox()
@@ -302,8 +310,7 @@ class InputPanel(QScrollArea):
             self.tuning_combo.addItem(translate('InputPanel', label), key)
         self._add_row(form, translate('InputPanel', 'fine-tuning'), self.tuning_combo,
                       self.tuning_combo, TIPS['tuning'])
-        self.lora_rank_spin = QSpinBox()
-        self.lora_rank_spin.setRange(1, 4096)
+        self.lora_rank_spin = CountEdit('lora_rank')
         self.lora_targets_combo = QComboBox()
         for key, label in (('attention', QT_TRANSLATE_NOOP('InputPanel', 'attention')),
                            ('all', QT_TRANSLATE_NOOP('InputPanel', 'all linear layers'))):
@@ -319,11 +326,8 @@ class InputPanel(QScrollArea):
         self.recompute_boxes = {m: QCheckBox(core_text(m)) for m in RECOMPUTE_MODES}
         self.recompute_row = self._checks(form, translate('InputPanel', 'recompute'),
                                           self.recompute_boxes, TIPS['recompute'])
-        self.margin_spin = QDoubleSpinBox()
-        self.margin_spin.setRange(0.0, 50.0)
-        self.margin_spin.setDecimals(1)
-        self.margin_spin.setSuffix(' %')
-        self._add_row(form, translate('InputPanel', 'memory margin'), self.margin_spin,
+        self.margin_spin = CountEdit('margin_percent')
+        self._add_row(form, translate('InputPanel', 'memory margin (%)'), self.margin_spin,
                       self.margin_spin, TIPS['margin'])
         self.price_edit = self._line(form, translate('InputPanel', 'price (USD/GPU-hour)'),
                                      'price', TIPS['price'])
@@ -355,23 +359,23 @@ class InputPanel(QScrollArea):
             '--zero': self.zero_row, '--recompute': self.recompute_row,
             '--margin': self.margin_spin, '--price': self.price_edit,
             '--base-lr': self.base_lr_edit, '--base-batch': self.base_batch_edit,
-            '--b-noise': self.b_noise_edit, '--lora-rank': self.tuning_combo,
+            '--b-noise': self.b_noise_edit, '--lora-rank': self.lora_rank_spin,
             '--lora-targets': self.lora_targets_combo, '--qlora': self.tuning_combo,
             '--loop': self.loop_combo, '--loss': self.loss_combo,
         }
         self.set_inputs(PlanInputs())
         for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
                      self.samples_edit, self.epochs_edit, self.price_edit, self.base_lr_edit,
-                     self.base_batch_edit, self.b_noise_edit):
+                     self.base_batch_edit, self.b_noise_edit, self.nodes_spin,
+                     self.gpus_per_node_spin, self.margin_spin, self.lora_rank_spin):
             edit.textChanged.connect(self._edited)
-        for combo in (self.batch_unit_combo, self.length_kind_combo, self.gpu_combo,
+        self._batch_unit = self.batch_unit_combo.currentData()
+        self.batch_unit_combo.currentIndexChanged.connect(self._batch_unit_changed)
+        for combo in (self.length_kind_combo, self.gpu_combo,
                       self.inter_node_combo, self.precision_combo, self.optimizer_combo,
                       self.tuning_combo, self.lora_targets_combo, self.loop_combo,
                       self.loss_combo):
             combo.currentIndexChanged.connect(self._edited)
-        for spin in (self.nodes_spin, self.gpus_per_node_spin, self.margin_spin,
-                     self.lora_rank_spin):
-            spin.valueChanged.connect(self._edited)
         for box in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
             box.toggled.connect(self._edited)
         self.gpu_combo.currentIndexChanged.connect(self._gpu_picked)
@@ -392,6 +396,14 @@ class InputPanel(QScrollArea):
         tip_widget.setToolTip(tip)
         self._tips[tip_widget] = tip
         form.addRow(lab, field)
+        # the reason a value is refused (or a warning), right under the field
+        note = QLabel()
+        note.setWordWrap(True)
+        note.setObjectName(f'{tip_widget.objectName() or "field"}_note')
+        form.addRow(note)
+        form.setRowVisible(note, False)
+        self._notes[tip_widget] = (form, note)
+        self._labels[tip_widget] = label
 
     def _line(self, form: QFormLayout, label: str, name: str, tip: str) -> QLineEdit:
         edit = QLineEdit()
@@ -505,7 +517,12 @@ class InputPanel(QScrollArea):
                 return
 
     def read_inputs(self) -> tuple[PlanInputs | None, dict[str, str]]:
-        """The inputs shown, or None with ``{flag: reason}`` for every bad field."""
+        """The inputs shown, or None with ``{flag: reason}`` for every bad field.
+
+        Every number is checked with the core's ranges (:mod:`planner.limits`); the
+        reasons are in the user's language. Allowed but unlikely values (a sequence
+        beyond the model's context, 1e12 epochs...) are kept in :attr:`warnings`.
+        """
         errors: dict[str, str] = {}
         values: dict[str, object] = {}
 
@@ -519,27 +536,31 @@ class InputPanel(QScrollArea):
 
         model = self.model_edit.text().strip()
         values['model'] = model
+        spec = None
         try:
             describe_model(model)
+            spec = _resolve(model)
         except InputError as exc:
             errors['--model'] = str(exc).split(': ', 1)[-1]
-        take('seq_len', lambda: int(parse_count('--seq-len', self.seq_len_edit.text())))
-        unit = self.batch_unit_combo.currentData()
-        flag = '--global-batch-tokens' if unit == 'tokens' else '--global-batch'
-        take('batch_value', lambda: int(parse_count(flag, self.batch_edit.text())))
-        values['batch_unit'] = unit
+        take('seq_len', lambda: parse_field('seq_len', self.seq_len_edit.text()))
+        take('batch_value', self._batch_value)
+        values['batch_unit'] = self.batch_unit_combo.currentData()
         kind = self.length_kind_combo.currentData()
         values['length_kind'] = kind
         if kind == 'tokens':
-            take('length_tokens', lambda: parse_count('--tokens', self.tokens_edit.text(),
-                                                      integer=False))
+            take('length_tokens', lambda: parse_field('tokens', self.tokens_edit.text()))
         else:
-            take('length_samples', lambda: int(parse_count('--samples',
-                                                           self.samples_edit.text())))
-            take('length_epochs', lambda: parse_positive('--epochs', self.epochs_edit.text()))
+            take('length_samples', lambda: parse_field('samples', self.samples_edit.text()))
+            take('length_epochs', lambda: parse_field('epochs', self.epochs_edit.text()))
         values['gpu'] = self.gpu_combo.currentData()
-        values['nodes'] = self.nodes_spin.value()
-        values['gpus_per_node'] = self.gpus_per_node_spin.value()
+        take('nodes', self.nodes_spin.parsed)
+        take('gpus_per_node', self.gpus_per_node_spin.parsed)
+        if 'nodes' in values and 'gpus_per_node' in values:
+            gpus = int(values['nodes']) * int(values['gpus_per_node'])  # type: ignore[call-overload]
+            if gpus > limits.MAX_GPUS:
+                errors['--nodes'] = translate(
+                    'InputPanel', '{gpus:,} GPUs in all is too many (allowed: up to '
+                    '{most:,})').format(gpus=gpus, most=limits.MAX_GPUS)
         values['inter_node'] = self.inter_node_combo.currentData() or ''
         values['precision'] = self.precision_combo.currentData()
         values['optimizer'] = self.optimizer_combo.currentData()
@@ -553,49 +574,137 @@ class InputPanel(QScrollArea):
         if not modes:
             errors['--recompute'] = translate('InputPanel', 'tick at least one recompute mode')
         values['recompute_modes'] = modes
-        values['margin_percent'] = self.margin_spin.value()
+        take('margin_percent', self.margin_spin.parsed)
         values['tuning'] = self.tuning_combo.currentData()
-        values['lora_rank'] = self.lora_rank_spin.value()
+        if values['tuning'] != 'full':
+            take('lora_rank', self.lora_rank_spin.parsed)
         values['lora_targets'] = self.lora_targets_combo.currentData()
         take('price_per_gpu_hour_usd',
-             lambda: parse_positive('--price', self.price_edit.text(), optional=True))
-        take('base_lr', lambda: parse_positive('--base-lr', self.base_lr_edit.text(),
-                                               optional=True))
+             lambda: parse_field('price', self.price_edit.text(), optional=True))
+        take('base_lr', lambda: parse_field('base_lr', self.base_lr_edit.text(), optional=True))
         take('base_batch_samples',
-             lambda: (None if not self.base_batch_edit.text().strip() else
-                      parse_count('--base-batch', self.base_batch_edit.text())))
-        take('b_noise_tokens', lambda: (None if not self.b_noise_edit.text().strip() else
-                                        parse_count('--b-noise', self.b_noise_edit.text(),
-                                                    integer=False)))
+             lambda: parse_field('base_batch', self.base_batch_edit.text(), optional=True))
+        take('b_noise_tokens',
+             lambda: parse_field('b_noise', self.b_noise_edit.text(), optional=True))
         if ('base_lr' in values and 'base_batch_samples' in values
                 and (values['base_lr'] is None) != (values['base_batch_samples'] is None)):
             lr_flag = '--base-batch' if values['base_lr'] is not None else '--base-lr'
             errors[lr_flag] = translate('InputPanel',
                                         'give the base LR and the base batch together')
+        self._warnings = self._input_warnings(values, spec)
         if errors:
             return None, errors
         return PlanInputs().with_changes(**values), {}
 
+    @property
+    def warnings(self) -> dict[str, str]:
+        """``{flag: warning}`` for allowed but unlikely inputs (as of the last read)."""
+        return dict(self._warnings)
+
+    def _batch_value(self) -> int:
+        """The global batch typed, in the unit chosen; a unit typed after the number
+        (``4Mtok``, ``1kseq``) picks the unit."""
+        text = self.batch_edit.text()
+        if _UNIT_WORD.search(text.strip().lower()):
+            try:
+                value, unit = limits.parse_global_batch(text)
+            except limits.LimitError as exc:
+                raise FieldError(exc.field, reason(exc)) from None
+            self._set_combo(self.batch_unit_combo, 'tokens' if unit == 'tokens' else 'samples')
+            return int(value)
+        key = 'global_batch_tokens' if self.batch_unit_combo.currentData() == 'tokens' \
+            else 'global_batch'
+        return int(parse_field(key, text))  # type: ignore[arg-type]
+
+    @staticmethod
+    def _input_warnings(values: dict[str, object], spec) -> dict[str, str]:
+        """The core's warnings (planner.limits.input_warnings), in the user's language."""
+        seq = values.get('seq_len')
+        batch = values.get('batch_value')
+        batch_tokens = None
+        if isinstance(seq, int) and isinstance(batch, int):
+            batch_tokens = batch if values.get('batch_unit') == 'tokens' else batch * seq
+        nodes, per_node = values.get('nodes'), values.get('gpus_per_node')
+        found = limits.input_warnings(
+            seq_len=seq if isinstance(seq, int) else None,
+            max_positions=None if spec is None else spec.max_position_embeddings,
+            epochs=values.get('length_epochs') if values.get('length_kind') == 'samples'
+            else None,  # type: ignore[arg-type]
+            tokens=values.get('length_tokens') if values.get('length_kind') == 'tokens'
+            else None,  # type: ignore[arg-type]
+            batch_tokens=batch_tokens,
+            gpus=nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int)
+            else None)
+        words = {
+            'beyond_context': translate(
+                'InputPanel', 'beyond the model’s context of {context:,.0f} tokens: it needs '
+                'a long-context recipe'),
+            'many_epochs': translate('InputPanel', '{epochs:,g} epochs is far more than '
+                                                   'language models are trained for'),
+            'huge_budget': translate('InputPanel', '{tokens:.3g} tokens is over 100× the '
+                                                   'largest published budgets'),
+            'huge_batch': translate('InputPanel', '{tokens:.3g} tokens per step is over 10× '
+                                                  'the largest published batches'),
+            'huge_cluster': translate('InputPanel', '{gpus:,.0f} GPUs is more than any '
+                                                    'cluster built so far'),
+        }
+        flags = {'seq_len': '--seq-len', 'epochs': '--epochs', 'tokens': '--tokens',
+                 'global_batch': '--global-batch', 'nodes': '--nodes'}
+        return {flags[w.key]: words[w.code].format(**w.values) for w in found}
+
     # ---- errors ----------------------------------------------------------------------
 
     def show_errors(self, errors: dict[str, str]) -> None:
-        """Mark every field in ``errors`` red with its reason; clear the others."""
+        """Mark every field in ``errors`` red with its reason under it; clear the others.
+
+        Warnings (:attr:`warnings`) of fields without an error are shown under them in
+        orange; they do not stop the plan.
+        """
         marked = set()
         lines = []
         for flag, message in errors.items():
             widget = self._flag_widgets.get(flag)
-            lines.append(f'{flag.lstrip("-")}: {message}')
-            if widget is not None:
-                mark_error(widget, message)
+            if widget is None:
+                lines.append(f'{flag.lstrip("-")}: {message}')
+                continue
+            mark_error(widget, message)
+            self._note(widget, message, error=True)
+            marked.add(widget)
+        for flag, message in self._warnings.items():
+            widget = self._flag_widgets.get(flag)
+            if widget is not None and widget not in marked:
+                widget.setStyleSheet(WARNING_STYLE)
+                widget.setProperty('batchfit_warning', message)
+                self._note(widget, message, error=False)
                 marked.add(widget)
         for widget in set(self._flag_widgets.values()) - marked:
-            if error_of(widget):
+            if error_of(widget) or widget.property('batchfit_warning'):
                 mark_error(widget, None, self._tips.get(widget, ''))
+                widget.setProperty('batchfit_warning', '')
+            self._note(widget, None)
         self.error_label.setText('\n'.join(lines))
 
+    def _note(self, widget: QWidget, message: str | None, error: bool = True) -> None:
+        """Show ``message`` under ``widget`` (red for an error, orange for a warning)."""
+        entry = self._notes.get(widget)
+        if entry is None:
+            return
+        form, note = entry
+        note.setText(message or '')
+        note.setStyleSheet('color: #c62828;' if error else 'color: #ef6c00;')
+        form.setRowVisible(note, bool(message))
+
+    def note_of(self, widget: QWidget) -> str:
+        """The message shown under ``widget`` ('' when none)."""
+        entry = self._notes.get(widget)
+        return '' if entry is None else entry[1].text()
+
     def show_input_error(self, exc: InputError) -> None:
-        """Mark the field an :class:`InputError` from the core names."""
-        self.show_errors({exc.field: str(exc).split(': ', 1)[-1]})
+        """Mark the field an :class:`InputError` from the core names (a range refusal is
+        worded in the user's language)."""
+        message = (reason(exc) if isinstance(exc, limits.LimitError)
+                   else str(exc).split(': ', 1)[-1])
+        self.show_errors({exc.field: message})
 
     def field_for(self, flag: str) -> QWidget | None:
         """The widget that edits ``flag`` (``--seq-len``...)."""
@@ -622,17 +731,43 @@ class InputPanel(QScrollArea):
 
     def _update_batch_info(self) -> None:
         try:
-            value = parse_count('--global-batch', self.batch_edit.text())
-            seq = parse_count('--seq-len', self.seq_len_edit.text())
+            value = self._batch_value()
+            seq = parse_field('seq_len', self.seq_len_edit.text())
         except FieldError:
             self.batch_info.setText('')
             return
         if self.batch_unit_combo.currentData() == 'tokens':
-            text = translate('InputPanel', '= {n:,.6g} sequences of {s:,.0f}').format(
-                n=value / seq, s=seq)
+            n = value / seq  # type: ignore[operator]
+            text = translate('InputPanel', '= {n:,.6g} sequences of {s:,.0f}').format(n=n, s=seq)
+            if n != int(n):
+                from planner.plans.no_plan import nice_batches
+
+                text += translate('InputPanel', ': not whole; round batches nearby: {b}').format(
+                    b=', '.join(translate('InputPanel', '{n:,} sequences ({t:,} tokens)').format(
+                        n=b, t=b * seq) for b in nice_batches(n)))
         else:
             text = translate('InputPanel', '= {t:,.0f} tokens').format(t=value * seq)
         self.batch_info.setText(text)
+
+    def _batch_unit_changed(self, *_args) -> None:
+        """Sequences <-> tokens converts the number, so the batch stays the same."""
+        unit = self.batch_unit_combo.currentData()
+        previous, self._batch_unit = self._batch_unit, unit
+        if unit != previous:
+            try:
+                seq = int(parse_field('seq_len', self.seq_len_edit.text()))  # type: ignore[arg-type]
+                key = 'global_batch_tokens' if previous == 'tokens' else 'global_batch'
+                value = int(parse_field(key, self.batch_edit.text()))  # type: ignore[arg-type]
+            except FieldError:
+                value = None
+            if value is not None:
+                converted = value * seq if unit == 'tokens' else value / seq
+                text = (f'{int(converted)}' if converted == int(converted)
+                        else f'{converted:.6g}')
+                self.batch_edit.blockSignals(True)
+                self.batch_edit.setText(text)
+                self.batch_edit.blockSignals(False)
+        self._edited()
 
     def _gpu_picked(self, index: int) -> None:
         if self.gpu_combo.itemData(index, Qt.ItemDataRole.UserRole + 1) == 'local':
