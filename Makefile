@@ -1,7 +1,8 @@
 # Two commands on a fresh Linux machine with Python 3.10+:
 #   make run   - create .venv, install batchfit, open the desktop app on a worked example
-#   make test  - create .venv, install the test and launchers extras (CPU torch), run lint and
-#                the whole suite (tests/launchers feeds exports to the launchers' own parsers)
+#   make test  - create .venv, install the test and launchers extras (CPU torch), run lint,
+#                the import contracts and the whole suite (tests/launchers feeds exports to
+#                the launchers' own parsers)
 # Packaging (packaging/README.md):
 #   make dist  - the frozen folder dist/batchfit/ and its .tar.gz (fails over 120 MB)
 #   make smoke - launch the frozen binaries offscreen: plan, screenshot, calibration hint
@@ -40,6 +41,7 @@ example: $(VENV)/.installed-run
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 test: $(VENV)/.installed-test
 	@command -v sbatch >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -47,6 +49,7 @@ test: $(VENV)/.installed-test
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-client >/dev/null; } \
 		|| echo 'make: sbatch not installed; the Slurm launcher check is skipped'
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
 # Benchmarks get their own environment: llm-analysis (the peer compared side by side) pins

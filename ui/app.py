@@ -28,7 +28,7 @@ SCREENSHOT_TIMEOUT_MS = 30_000
 
 def log_dir() -> Path:
     """Where the GUI writes its log (``batchfit paths`` prints it too)."""
-    from planner.cli.paths import log_dir as planner_log_dir
+    from planner.user_config import log_dir as planner_log_dir
 
     return planner_log_dir()
 

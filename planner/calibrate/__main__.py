@@ -154,9 +154,9 @@ def _run(args: argparse.Namespace, out: EventWriter) -> int:
 
 def _settings(args: argparse.Namespace) -> Any:
     """The pipeline's settings from the arguments (raises InputError when invalid)."""
-    from planner.calibrate.pipeline import Settings
     from planner.calibrate.proxy import PROXY_PRECISIONS
     from planner.calibrate.records import model_spec_from_dict
+    from planner.calibrate.settings import Settings
     from planner.errors import InputError
 
     if args.model_json:

@@ -29,7 +29,7 @@ from planner.memory.peak import Overheads, estimate
 from planner.memory.training import TrainingSetup
 
 if TYPE_CHECKING:
-    from planner.calibrate.pipeline import Settings
+    from planner.calibrate.settings import Settings
 
 MAX_EDGE_PROBES = 3
 

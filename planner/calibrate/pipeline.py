@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,11 +41,11 @@ from planner.calibrate.records import (
     model_spec_to_dict,
     plain,
 )
+from planner.calibrate.settings import Settings
 from planner.hardware.devices import GpuSpec
 from planner.memory.peak import Overheads, estimate
 from planner.memory.recipes import RECIPES
 from planner.memory.training import TrainingSetup
-from planner.models.spec import ModelSpec
 
 # Share of the progress bar per stage (collectives' share goes to the others when off).
 STAGE_WEIGHTS: dict[str, float] = {'environment': 0.05, 'matmul': 0.15, 'proxy': 0.45,
@@ -64,41 +63,6 @@ class CalibrationError(Exception):
         self.kind = kind
         self.message = message
         self.profile = profile
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the child was asked to calibrate.
-
-    Attributes:
-        spec: the target model (full depth).
-        seq_len: tokens per sequence.
-        precision: a ``PROXY_PRECISIONS`` recipe.
-        attention: ``flash`` or ``eager``.
-        device: ``cuda`` or ``cpu``.
-        micro_batches: micro-batches to time (empty: chosen from the predicted capacity).
-        repeats: timed rounds per configuration (min of k).
-        warmup: untimed steps per configuration.
-        depths: proxy depths (two or more separate per-layer from fixed cost).
-        memory_limit_bytes: emulate a smaller device (None: the whole device).
-        collectives: run the all-reduce sweep.
-        collective_max_bytes: largest all-reduce (default 1 GiB on CUDA, 64 MiB on CPU).
-        python: the interpreter for probe processes.
-    """
-
-    spec: ModelSpec
-    seq_len: int
-    precision: str
-    attention: str = 'flash'
-    device: str = 'cuda'
-    micro_batches: tuple[int, ...] = ()
-    repeats: int = 5
-    warmup: int = 2
-    depths: tuple[int, ...] = (1, 2)
-    memory_limit_bytes: int | None = None
-    collectives: bool = False
-    collective_max_bytes: int | None = None
-    python: str = ''
 
 
 class _Progress:

@@ -34,8 +34,7 @@ BAR_WIDTH = 24
 def add_calibrate_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``batchfit calibrate`` on the top-level subparsers."""
     from planner.calibrate.proxy import PROXY_PRECISIONS
-    from planner.cli.main import add_model_args, positive_int
-    from planner.cli.plan import int_list, positive_number
+    from planner.cli.args import add_model_args, int_list, positive_int, positive_number
 
     codes = ', '.join(f'{code} {status.replace("_", " ")}' for status, code in
                       EXIT_CODES.items() if status != 'oom')
@@ -80,13 +79,6 @@ def add_calibrate_command(sub: argparse._SubParsersAction) -> argparse.ArgumentP
                         "'saved' event")
     p.set_defaults(run=run_calibrate)
     return p
-
-
-def add_profile_arg(p: argparse.ArgumentParser) -> None:
-    """``--profile PATH|auto|none`` for estimate and plan."""
-    p.add_argument('--profile', default='auto',
-                   help='calibration profile: auto (default: the newest of --gpu in the data '
-                        'folder), none, or a file from batchfit calibrate')
 
 
 class ProgressBar:

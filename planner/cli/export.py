@@ -13,6 +13,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from planner.cli.args import positive_int
 from planner.errors import InputError
 
 if TYPE_CHECKING:
@@ -27,8 +28,6 @@ FORMATS: tuple[str, ...] = ('torchrun', 'accelerate', 'deepspeed', 'hf', 'megatr
 
 def add_export_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``batchfit show`` and ``batchfit export``."""
-    from planner.cli.main import positive_int
-
     show = sub.add_parser('show', help='print a saved plan file',
                           description='Validate a plan file (migrating older schemas) and '
                                       'print it (docs/plan-file.md).')

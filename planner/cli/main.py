@@ -9,99 +9,34 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+from collections.abc import Sequence
 
 from planner import __version__
+from planner.cli.args import (
+    EXIT_BAD_INPUT,
+    Parser,
+    add_memory_option_args,
+    add_model_args,
+    add_profile_arg,
+    lora_from_args,
+    positive_int,
+)
+from planner.cli.calibrate import add_calibrate_command
+from planner.cli.export import add_export_commands
 from planner.cli.gpus import add_gpus_command
+from planner.cli.paths import add_paths_command
 from planner.cli.plan import add_plan_command
 from planner.errors import InputError
-from planner.memory.training import (
-    ATTENTION_KINDS,
-    FRAMEWORKS,
-    LORA_TARGETS,
-    OFFLOAD_MODES,
-    RECOMPUTE_MODES,
-    LoraSpec,
-    TrainingSetup,
-    check_fits_model,
-)
+from planner.memory.training import OFFLOAD_MODES, RECOMPUTE_MODES, TrainingSetup, check_fits_model
 
-EXIT_BAD_INPUT = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors as one line and exits 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_BAD_INPUT, f'batchfit: error: {message}\n')
-
-
-def positive_int(flag: str) -> Callable[[str], int]:
-    """An argparse type for an integer >= 1 (argparse names the flag when it rejects)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text.replace('_', ''))
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f'{text!r} is not a whole number (allowed: an integer >= 1)') from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f'{value} is too small (allowed: >= 1)')
-        return value
-    return parse
-
-
-def fraction(flag: str) -> Callable[[str], float]:
-    """An argparse type for a number in [0, 1)."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f'{text!r} is not a number (allowed: 0 <= x < 1)') from None
-        if not 0.0 <= value < 1.0:
-            raise argparse.ArgumentTypeError(f'{value} is out of range (allowed: 0 <= x < 1)')
-        return value
-    return parse
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """--model and --seq-len, shared by estimate and plan."""
-    p.add_argument('--model', required=True,
-                   help='a preset (batchfit models), a size such as 7B, or a config.json path')
-    p.add_argument('--seq-len', type=positive_int('--seq-len'), required=True,
-                   help='tokens per sequence')
-
-
-def add_memory_option_args(p: argparse.ArgumentParser) -> None:
-    """Precision, optimizer, attention and fine-tuning options shared by commands."""
-    from planner.memory.recipes import OPTIMIZERS, RECIPES
-    p.add_argument('--precision', choices=tuple(RECIPES), default='amp-bf16',
-                   help='precision recipe (default amp-bf16: torch.autocast over fp32)')
-    p.add_argument('--optimizer', choices=tuple(OPTIMIZERS), default='adamw')
-    p.add_argument('--attention', choices=ATTENTION_KINDS, default='flash',
-                   help='flash (fused SDPA kernels, no s^2 term) or eager')
-    p.add_argument('--framework', choices=FRAMEWORKS, default='hf',
-                   help='whose kernels decide the saved tensors: hf (PyTorch eager, '
-                        'transformers) or megatron (fused, Korthikanti accounting)')
-    p.add_argument('--loss', choices=('hf', 'megatron'), default='',
-                   help="loss implementation (default: the framework's)")
-    p.add_argument('--no-foreach', dest='foreach', action='store_false',
-                   help="torch.optim's for-loop step (the CPU default) instead of foreach")
-    p.add_argument('--lora-rank', type=positive_int('--lora-rank'),
-                   help='train LoRA adapters of this rank on a frozen base')
-    p.add_argument('--lora-targets', default='q,k,v,o',
-                   help='comma-separated projections: ' + ','.join(LORA_TARGETS))
-    p.add_argument('--qlora', action='store_true', help='4-bit NF4 frozen base (QLoRA)')
-    p.add_argument('--margin', type=fraction('--margin'), default=0.05,
-                   help='fraction of GPU memory kept free (default 0.05)')
+__all__ = ['EXIT_BAD_INPUT', 'build_parser', 'main']
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    parser = _Parser(prog='batchfit', description='Capacity planner for distributed training.')
+    parser = Parser(prog='batchfit', description='Capacity planner for distributed training.')
     parser.add_argument('--version', action='version', version=f'batchfit {__version__}')
-    sub = parser.add_subparsers(dest='command', required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest='command', required=True, parser_class=Parser)
 
     est = sub.add_parser('estimate', help='per-GPU training memory of one configuration')
     add_model_args(est)
@@ -120,8 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument('--offload', choices=OFFLOAD_MODES, default='none')
     est.add_argument('--recompute', choices=RECOMPUTE_MODES, default='none')
     add_memory_option_args(est)
-    from planner.cli.calibrate import add_profile_arg  # --profile PATH|auto|none
-    add_profile_arg(est)
+    add_profile_arg(est)  # --profile PATH|auto|none
     est.add_argument('--json', action='store_true', help='one JSON document on stdout')
     est.set_defaults(run=_cmd_estimate)
     add_plan_command(sub)
@@ -131,23 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     models.set_defaults(run=_cmd_models)
 
     add_gpus_command(sub)
-    from planner.cli.export import add_export_commands  # plan files: show, export
-    add_export_commands(sub)
-    from planner.cli.calibrate import add_calibrate_command  # measure a GPU or the CPU
-    add_calibrate_command(sub)
-    from planner.cli.paths import add_paths_command  # where settings, data and logs live
-    add_paths_command(sub)
+    add_export_commands(sub)  # plan files: show, export
+    add_calibrate_command(sub)  # measure a GPU or the CPU
+    add_paths_command(sub)  # where settings, data and logs live
     return parser
-
-
-def lora_from_args(args: argparse.Namespace) -> LoraSpec | None:
-    """The LoRA settings, or None for full fine-tuning."""
-    if args.lora_rank is None:
-        if args.qlora:
-            raise InputError('--qlora', 'needs --lora-rank')
-        return None
-    targets = tuple(t.strip() for t in args.lora_targets.split(',') if t.strip())
-    return LoraSpec(rank=args.lora_rank, targets=targets, base_bits=4 if args.qlora else 16)
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:

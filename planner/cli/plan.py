@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from planner.cli.args import (
+    add_memory_option_args,
+    add_model_args,
+    add_profile_arg,
+    count,
+    int_list,
+    lora_from_args,
+    positive_int,
+    positive_number,
+    word_list,
+)
 from planner.cli.export import add_save_export_args, save_and_export
 from planner.errors import InputError
 from planner.memory.training import RECOMPUTE_MODES  # the same order as planner.timing.step_time's
+from planner.units import DAY, GIB, si
 
 if TYPE_CHECKING:
     from planner.calibrate.apply import CalibrationUse
@@ -30,85 +40,12 @@ if TYPE_CHECKING:
 EXIT_NO_PLAN = 1
 PLAN_SCHEMA = 'batchfit.plan-result/1'  # plan files are 'batchfit.plan/N'
 PARETO_ROWS = 8
-SECONDS_PER_DAY = 86_400.0
-_SUFFIXES = {'': 1, 'k': 1e3, 'm': 1e6, 'b': 1e9, 'g': 1e9, 't': 1e12}
-_COUNT_RE = re.compile(r'([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)([kmbgt]?)')
-
-
-# ---- argument types ---------------------------------------------------------------------
-
-def count(flag: str, integer: bool = True):
-    """An argparse type for a positive count: ``4096``, ``4_194_304``, ``2e12``, ``300B``.
-
-    Suffixes are decimal (k 1e3, M 1e6, B/G 1e9, T 1e12); an integer count must come
-    out whole.
-    """
-    def parse(text: str) -> float:
-        match = _COUNT_RE.fullmatch(text.replace('_', '').replace(',', '').strip().lower())
-        if not match:
-            raise argparse.ArgumentTypeError(
-                f'{text!r} is not a count (allowed: e.g. 4096, 2e12, 300B, 4M)')
-        value = float(match[1]) * _SUFFIXES[match[2]]
-        if not value > 0 or not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f'{text!r} must be positive')
-        if integer:
-            if value != int(value):
-                raise argparse.ArgumentTypeError(f'{text!r} is not a whole number')
-            return int(value)
-        return value
-    return parse
-
-
-def positive_number(flag: str):
-    """An argparse type for a number > 0 (or >= 0 for prices)."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and flag != '--price'):
-            raise argparse.ArgumentTypeError(f'{text!r} must be positive')
-        return value
-    return parse
-
-
-def int_list(flag: str, allowed: tuple[int, ...] | None = None):
-    """An argparse type for a comma-separated list of positive integers."""
-    def parse(text: str) -> tuple[int, ...]:
-        try:
-            values = tuple(int(part) for part in text.split(',') if part.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f'{text!r} is not a comma-separated list of integers') from None
-        if not values:
-            raise argparse.ArgumentTypeError('is empty')
-        bad = [v for v in values if (allowed is not None and v not in allowed)
-               or (allowed is None and v < 1)]
-        if bad:
-            words = ', '.join(map(str, allowed)) if allowed else 'integers >= 1'
-            raise argparse.ArgumentTypeError(f'{bad} not allowed (allowed: {words})')
-        return values
-    return parse
-
-
-def word_list(flag: str, allowed: tuple[str, ...]):
-    """An argparse type for a comma-separated list of words from ``allowed``."""
-    def parse(text: str) -> tuple[str, ...]:
-        values = tuple(part.strip() for part in text.split(',') if part.strip())
-        bad = [v for v in values if v not in allowed]
-        if bad or not values:
-            raise argparse.ArgumentTypeError(
-                f'{", ".join(bad) or "nothing"} not allowed (allowed: {", ".join(allowed)})')
-        return values
-    return parse
 
 
 # ---- parser -----------------------------------------------------------------------------
 
 def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``batchfit plan`` on the top-level subparsers."""
-    from planner.cli.main import add_memory_option_args, add_model_args, positive_int
-
     p = sub.add_parser('plan', help='search layouts for a global batch: time, cost, LR guidance',
                        description='Every (GPUs, TP, PP, CP, DP, micro-batch, accumulation, '
                                    'ZeRO, recompute) that reaches the global batch exactly and '
@@ -162,8 +99,6 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help='allow PP sizes that do not divide the layers')
     p.add_argument('--no-sp', dest='sequence_parallel', action='store_false',
                    help='no sequence parallelism with TP')
-    from planner.cli.calibrate import add_profile_arg
-
     add_profile_arg(p)
     add_save_export_args(p)
     p.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -183,7 +118,6 @@ def request_from_args(args: argparse.Namespace,
     Raises:
         InputError: an unknown model/GPU/network, or an inconsistent combination.
     """
-    from planner.cli.main import lora_from_args
     from planner.hardware.catalog import find_gpu, inter_node_link
     from planner.models.source import resolve_model
     from planner.plans.search import LayoutLimits, PlanRequest
@@ -288,16 +222,6 @@ def plan_json(req: PlanRequest, result: SearchResult, guidance: Guidance) -> dic
     }
 
 
-def _si(value: float, unit: str = '') -> str:
-    """1234567 -> '1.23M'."""
-    if not math.isfinite(value):
-        return '-'
-    for factor, suffix in ((1e12, 'T'), (1e9, 'G'), (1e6, 'M'), (1e3, 'k')):
-        if abs(value) >= factor:
-            return f'{value / factor:.3g}{suffix}{unit}'
-    return f'{value:.3g}{unit}'
-
-
 def _table(candidates: list[Candidate], has_length: bool) -> list[str]:
     columns = [('#', 7), ('GPUs', 6), ('nodes', 6), ('tp/pp/cp/dp', 14), ('micro×acc', 10),
                ('ZeRO', 5), ('recompute', 10), ('mem GiB', 8), ('free GiB', 9), ('step s', 8),
@@ -307,11 +231,11 @@ def _table(candidates: list[Candidate], has_length: bool) -> list[str]:
     for c in candidates:
         cells = [str(c.rank), str(c.gpus), str(c.nodes), c.layout,
                  f'{c.micro_batch}×{c.grad_accum}', str(c.zero), c.recompute,
-                 f'{c.memory.total_bytes / 2**30:.1f}', f'{c.memory.headroom_bytes / 2**30:.1f}',
-                 f'{c.step_time_s:.3g}', _si(c.tokens_per_s), f'{c.mfu:.1%}',
-                 f'{c.time_to_train_s / SECONDS_PER_DAY:.1f}' if has_length else '-',
-                 _si(c.gpu_hours) if has_length else '-',
-                 _si(c.cost_usd) if has_length else '-']
+                 f'{c.memory.total_bytes / GIB:.1f}', f'{c.memory.headroom_bytes / GIB:.1f}',
+                 f'{c.step_time_s:.3g}', si(c.tokens_per_s), f'{c.mfu:.1%}',
+                 f'{c.time_to_train_s / DAY:.1f}' if has_length else '-',
+                 si(c.gpu_hours) if has_length else '-',
+                 si(c.cost_usd) if has_length else '-']
         lines.append(''.join(f'{cell:>{w}}' if i else f'{cell:<{w}}'
                              for i, (cell, (_, w)) in enumerate(zip(cells, columns, strict=True))))
     return lines
@@ -353,7 +277,7 @@ def _why(c: Candidate, gpu: GpuSpec) -> list[str]:
         f'step; {sharding}; recompute {c.recompute}.',
         f'  Step {c.step_time_s:.3g} s: {split}. GEMM efficiency {c.efficiency:.0%} of peak, '
         f'MFU {c.mfu:.1%} (HFU {c.hfu:.1%}).',
-        f'  Memory {c.memory.total_bytes / 2**30:.1f} GiB of {c.memory.usable_bytes / 2**30:.1f} '
+        f'  Memory {c.memory.total_bytes / GIB:.1f} GiB of {c.memory.usable_bytes / GIB:.1f} '
         f'usable on the {gpu.name} (peak at {c.memory.peak_phase.replace("_", " ")}).',
     ]
 
@@ -399,7 +323,7 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
         head.append(lora_line(req))
     if req.length is not None:
         tokens = req.length.total_tokens(req.seq_len)
-        head.append(f'Training: {_si(tokens)} tokens = {tokens / (batch * req.seq_len):,.0f} '
+        head.append(f'Training: {si(tokens)} tokens = {tokens / (batch * req.seq_len):,.0f} '
                     'steps')
     head.append(f'Searched {result.grid_size:,} candidates in {result.elapsed_s:.2f} s: '
                 f'{result.fitting:,} fit.')

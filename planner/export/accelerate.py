@@ -36,8 +36,8 @@ from planner.export.launch import (
 from planner.export.textfmt import yaml_lines
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 HEREDOC = 'BATCHFIT_ACCELERATE_CONFIG'
 

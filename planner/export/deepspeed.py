@@ -21,8 +21,8 @@ from planner.export.base import (
 from planner.export.textfmt import json_text
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 DS_OPTIMIZERS = {'adamw': 'AdamW', 'adam': 'Adam'}
 

@@ -33,8 +33,8 @@ from planner.export.shell import quote
 from planner.export.textfmt import json_text
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 HF_OPTIMIZERS = {'adamw': 'adamw_torch', 'adam': 'adamw_torch', 'adamw-8bit': 'adamw_bnb_8bit',
                  'sgd': 'sgd', 'sgd-momentum': 'sgd', 'adafactor': 'adafactor'}

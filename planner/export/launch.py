@@ -17,8 +17,8 @@ from planner.export.shell import command, comments, env_ref, flag, quote
 
 if TYPE_CHECKING:
     from planner.export.base import ExportOptions
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 NODE_RANK = 'NODE_RANK'
 MASTER_ADDR = 'MASTER_ADDR'

@@ -24,8 +24,8 @@ from planner.export.shell import comments, quote
 from planner.export.textfmt import yaml_lines
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 PRECISIONS = {'bf16': 'bf16-mixed', 'fp16': '16-mixed', 'fp32': '32-true', 'tf32': '32-true',
               'bf16-pure': 'bf16-true', 'fp8': 'bf16-mixed'}

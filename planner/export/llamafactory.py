@@ -21,8 +21,8 @@ from planner.export.shell import comments
 from planner.export.textfmt import yaml_lines
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 
 def llamafactory_config(plan: PlanFile, n: BatchNumbers,

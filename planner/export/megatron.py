@@ -32,9 +32,9 @@ from planner.export.launch import (
 from planner.export.shell import quote
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.models.spec import ModelSpec
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 POSITIONS = {'rotary': 'rope', 'learned': 'learned_absolute', 'none': 'none'}
 

@@ -25,8 +25,8 @@ from planner.export.launch import (
 from planner.export.shell import quote
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 # sed reads the whole list: `head -n 1` would exit early, scontrol would die of SIGPIPE on a
 # long node list, and `set -o pipefail` would stop the job.

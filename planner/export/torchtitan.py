@@ -34,8 +34,8 @@ from planner.export.shell import command, comments
 from planner.export.textfmt import toml_lines
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 # Hugging Face ids of presets -> (torchtitan model, flavor).
 FLAVORS = {

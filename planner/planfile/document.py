@@ -31,6 +31,7 @@ from planner.memory.training import RECOMPUTE_MODES, LoraSpec
 from planner.models.spec import ModelSpec, MoESpec
 from planner.planfile.fields import Reader
 from planner.planfile.migrate import CURRENT_SCHEMA, migrate
+from planner.plans.batch import check_candidate
 
 if TYPE_CHECKING:
     from planner.plans.guidance import Guidance
@@ -658,8 +659,6 @@ def _read_calibration(doc: Reader, key: str) -> dict[str, Any] | None:
 
 def _check_consistent(plan: PlanFile, where: str) -> None:
     """The identities every exporter relies on (LAUNCHERS.md §1)."""
-    from planner.export.batch import check_candidate
-
     check_candidate(plan.candidate, f'{where}: candidate')
     t = plan.targets
     if (t.global_batch is None) == (t.global_batch_tokens is None):

@@ -73,7 +73,7 @@ def test_nested_keys_are_known():
     from accelerate.utils import DeepSpeedPlugin
 
     from planner.export.accelerate import accelerate_config
-    from planner.export.batch import check_candidate
+    from planner.plans.batch import check_candidate
 
     plan = make_plan(nodes=2, zero=3)
     config, _ = accelerate_config(plan, check_candidate(plan.candidate), ExportOptions())

@@ -1,17 +1,17 @@
 """Parsing typed numbers the way the CLI does, and marking a field red with its reason.
 
-The reasons come from the CLI's own parsers (``planner.cli.plan``) and stay English, as
-the core's error messages do (ui/core_terms.py says why).
+The reasons come from the core's number readers (``planner.units``, which the CLI uses
+too) and stay English, as the core's error messages do (ui/core_terms.py says why).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 
 from PySide6.QtWidgets import QWidget
 
-from planner.cli.plan import count, positive_number
+from planner.units import parse_count as read_count
+from planner.units import parse_positive as read_positive
 from ui.i18n import translate
 
 ERROR_STYLE = 'border: 2px solid #c62828; background: #ffebee;'
@@ -30,8 +30,8 @@ class FieldError(ValueError):
 def parse_count(flag: str, text: str, integer: bool = True) -> float:
     """``4096``, ``4_194_304``, ``2e12``, ``300B``, ``4M`` (as ``batchfit plan``)."""
     try:
-        return count(flag, integer)(text)
-    except argparse.ArgumentTypeError as exc:
+        return read_count(text, integer)
+    except ValueError as exc:
         raise FieldError(flag, str(exc)) from None
 
 
@@ -40,8 +40,8 @@ def parse_positive(flag: str, text: str, optional: bool = False) -> float | None
     if optional and not text.strip():
         return None
     try:
-        value = positive_number(flag)(text.strip())
-    except argparse.ArgumentTypeError as exc:
+        value = read_positive(text.strip(), allow_zero=flag == '--price')
+    except ValueError as exc:
         raise FieldError(flag, str(exc)) from None
     if not math.isfinite(value):
         raise FieldError(flag, translate('FieldCheck', '{text} must be finite').format(
