@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from planner.defaults import DEFAULT_FRAMEWORK, DEFAULT_MARGIN_FRACTION, DEFAULT_PRECISION
 from planner.errors import InputError
 from planner.memory.training import ATTENTION_KINDS, FRAMEWORKS, LORA_TARGETS, LoraSpec
 from planner.units import parse_count, parse_positive
+
+if TYPE_CHECKING:
+    from planner.plans.guidance import GuidanceInputs
 
 EXIT_BAD_INPUT = 2
 
@@ -155,3 +158,20 @@ def lora_from_args(args: argparse.Namespace) -> LoraSpec | None:
         return None
     targets = tuple(t.strip() for t in args.lora_targets.split(',') if t.strip())
     return LoraSpec(rank=args.lora_rank, targets=targets, base_bits=4 if args.qlora else 16)
+
+
+def guidance_inputs_from_args(args: argparse.Namespace, seq_len: int) -> GuidanceInputs:
+    """What ``batchfit plan`` gives the guidance (``--base-batch`` converted to sequences).
+
+    ``--base-batch`` is in the unit of the target batch: tokens with
+    ``--global-batch-tokens``.
+    """
+    from planner.plans.guidance import GuidanceInputs
+
+    base_batch = getattr(args, 'base_batch', None)
+    if base_batch is not None and getattr(args, 'global_batch_tokens', None) is not None:
+        base_batch = base_batch / seq_len  # tokens -> sequences
+    return GuidanceInputs(base_lr=getattr(args, 'base_lr', None),
+                          base_batch_samples=None if base_batch is None else float(base_batch),
+                          base_warmup_steps=getattr(args, 'base_warmup_steps', None),
+                          b_noise_tokens=getattr(args, 'b_noise', None))

@@ -13,12 +13,13 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from planner.cli.args import positive_int
+from planner.cli.args import guidance_inputs_from_args, positive_int
 from planner.errors import InputError
 
 if TYPE_CHECKING:
     from planner.export import Export, ExportOptions
-    from planner.planfile.document import GuidanceInputs, PlanFile
+    from planner.planfile.document import PlanFile
+    from planner.plans.guidance import GuidanceInputs
     from planner.plans.request import PlanRequest
     from planner.plans.result import SearchResult
 
@@ -83,20 +84,8 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
     return ExportOptions(**given, script_args=tuple(getattr(args, 'script_args', None) or ()))
 
 
-def guidance_inputs_from_args(args: argparse.Namespace, request: PlanRequest) -> GuidanceInputs:
-    """What ``batchfit plan`` gave the guidance (``--base-batch`` converted to sequences)."""
-    from planner.planfile.document import GuidanceInputs
-
-    base_batch = getattr(args, 'base_batch', None)
-    if base_batch is not None and getattr(args, 'global_batch_tokens', None) is not None:
-        base_batch = base_batch / request.seq_len  # tokens -> sequences, as guidance_for
-    return GuidanceInputs(base_lr=getattr(args, 'base_lr', None),
-                          base_batch_samples=None if base_batch is None else float(base_batch),
-                          base_warmup_steps=getattr(args, 'base_warmup_steps', None),
-                          b_noise_tokens=getattr(args, 'b_noise', None))
-
-
 def save_and_export(args: argparse.Namespace, request: PlanRequest, result: SearchResult,
+                    guidance_inputs: GuidanceInputs | None = None,
                     out: TextIO | None = None) -> None:
     """``plan --save FILE`` and ``plan --export FORMAT [--export-to FILE]``.
 
@@ -117,7 +106,8 @@ def save_and_export(args: argparse.Namespace, request: PlanRequest, result: Sear
     if fmt and not export_to and getattr(args, 'json', False):
         raise InputError('--export', 'with --json, give --export-to FILE (stdout holds the JSON)')
     plan = plan_file_from_search(request, result, 0, model_arg=getattr(args, 'model', None),
-                                 guidance_inputs=guidance_inputs_from_args(args, request))
+                                 guidance_inputs=guidance_inputs
+                                 or guidance_inputs_from_args(args, request.seq_len))
     exported = export_plan(plan, fmt, options_from_args(args)) if fmt else None
     if save:
         write_plan(save, plan)

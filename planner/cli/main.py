@@ -72,12 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    from planner.calibrate.apply import use_profile
-    from planner.calibrate.profile import choose_profile
     from planner.hardware.catalog import find_gpu
     from planner.memory.peak import estimate
     from planner.memory.report import estimate_json, estimate_text
     from planner.models.source import resolve_model
+    from planner.plans.path import calibration_for
 
     model = resolve_model(args.model)
     gpu = find_gpu(args.gpu) if args.gpu else None
@@ -100,9 +99,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         dp=world // per_replica, sequence_parallel=args.sequence_parallel,
         recompute=args.recompute, attention=args.attention, framework=args.framework,
         loss=args.loss, lora=lora_from_args(args), foreach=args.foreach)
-    # A profile of this GPU replaces the default overheads with measured ones.
-    loaded = choose_profile(args.profile, gpu)
-    calibration = None if loaded is None else use_profile(loaded, model=model, gpu=gpu)
+    # A profile of this GPU replaces the default overheads with measured ones (the plan's
+    # path, memory only).
+    calibration = calibration_for(args.profile, args.gpu, args.model, step_time=False)
     est = estimate(model, setup, gpu, margin_fraction=args.margin,
                    overheads=None if calibration is None else calibration.overheads)
     if args.json:

@@ -20,6 +20,7 @@ from planner.cli.args import (
     add_model_args,
     add_profile_arg,
     count,
+    guidance_inputs_from_args,
     int_list,
     lora_from_args,
     positive_int,
@@ -27,14 +28,13 @@ from planner.cli.args import (
     word_list,
 )
 from planner.cli.export import add_save_export_args, save_and_export
-from planner.errors import InputError
 from planner.memory.training import RECOMPUTE_MODES  # the same order as planner.timing.step_time's
 from planner.units import DAY, GIB, si
 
 if TYPE_CHECKING:
-    from planner.calibrate.apply import CalibrationUse
     from planner.hardware.devices import GpuSpec
     from planner.plans.guidance import Guidance
+    from planner.plans.path import PlanAsk
     from planner.plans.search import Candidate, PlanRequest, SearchResult
 
 EXIT_NO_PLAN = 1
@@ -106,95 +106,33 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     return p
 
 
-# ---- building the request ---------------------------------------------------------------
+# ---- the ask -----------------------------------------------------------------------------
 
-def request_from_args(args: argparse.Namespace,
-                      calibration: CalibrationUse | None = None) -> PlanRequest:
-    """The validated :class:`PlanRequest` the arguments describe.
-
-    ``calibration`` (from :func:`calibration_from_args`) supplies measured overheads,
-    efficiencies and step constants.
+def ask_from_args(args: argparse.Namespace) -> PlanAsk:
+    """The :class:`~planner.plans.path.PlanAsk` the flags describe (names not resolved yet).
 
     Raises:
-        InputError: an unknown model/GPU/network, or an inconsistent combination.
+        InputError: ``--qlora`` without ``--lora-rank``, or a reference LR without its batch.
     """
-    from planner.hardware.catalog import find_gpu, inter_node_link
-    from planner.models.source import resolve_model
-    from planner.plans.search import LayoutLimits, PlanRequest
-    from planner.timing.step_time import StepTimeOptions, TrainingLength
+    from planner.plans.path import PlanAsk
+    from planner.plans.request import LayoutLimits
 
     lora = lora_from_args(args)  # LoRA/QLoRA: PEFT on a frozen base, data parallel only
-    if args.epochs is not None and args.samples is None:
-        raise InputError('--epochs', 'needs --samples')
-    model = resolve_model(args.model)
-    gpu = find_gpu(args.gpu)
-    link = inter_node_link(gpu, args.nodes, args.inter_node)
-    if args.samples is not None:
-        length = TrainingLength(samples=args.samples, epochs=args.epochs or 1.0)
-    else:
-        length = TrainingLength(tokens=args.tokens)
     limits = LayoutLimits(
         max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_vpp=args.max_vpp,
         max_micro_batch=args.max_micro_batch, tp=args.tp, pp=args.pp, cp=args.cp,
         vpp=args.vpp, micro_batch=args.micro_batch, gpus=args.gpus,
         uneven_pipeline=args.uneven_pipeline, sequence_parallel=args.sequence_parallel)
-    return PlanRequest(
-        model=model, seq_len=args.seq_len, gpu=gpu, max_nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node, inter_node=link, global_batch=args.global_batch,
-        global_batch_tokens=args.global_batch_tokens, length=length, zero_stages=args.zero,
-        recompute_modes=args.recompute, precision=args.precision, optimizer=args.optimizer,
-        attention=args.attention, framework=args.framework, loss=args.loss,
-        margin_fraction=args.margin, price_per_gpu_hour_usd=args.price, sort_by=args.sort,
-        top_k=args.top, limits=limits, lora=lora,
-        **({} if calibration is None else {
-            'calibration': calibration.efficiency, 'overheads': calibration.overheads,
-            'step_options': calibration.step_options or StepTimeOptions()}))
-
-
-def calibration_from_args(args: argparse.Namespace) -> CalibrationUse | None:
-    """What ``--profile`` (default auto: the newest profile of ``--gpu``) gives the plan.
-
-    Raises:
-        InputError: an unknown GPU or model, or a bad profile file.
-    """
-    from planner.calibrate.apply import use_profile
-    from planner.calibrate.profile import choose_profile
-    from planner.hardware.catalog import find_gpu
-    from planner.models.source import resolve_model
-
-    gpu = find_gpu(args.gpu)
-    loaded = choose_profile(args.profile, gpu)
-    if loaded is None:
-        return None
-    return use_profile(loaded, model=resolve_model(args.model), gpu=gpu,
-                       precision=args.precision, framework=args.framework, step_time=True)
-
-
-def guidance_for(req: PlanRequest, result: SearchResult, args: argparse.Namespace) -> Guidance:
-    """Batch/LR guidance for the winning plan (or the target batch alone)."""
-    from planner.plans.guidance import advise
-    from planner.timing.efficiency import attainable_fraction
-
-    best = result.best
-    batch = best.global_batch if best else max(1, round(result.target_batch_samples))
-    base_batch = args.base_batch
-    if base_batch is not None and args.global_batch_tokens is not None:
-        base_batch = base_batch / req.seq_len  # tokens -> sequences
-    fraction = None
-    if best is not None and req.calibration is None:
-        fraction = attainable_fraction(best.efficiency, req.gpu.family, req.framework)
-    gemm = None
-    if best is not None and result.step is not None:
-        gemm = float(result.step.gemm_flops[result.ranking[0]])
-    return advise(req.model, req.seq_len, batch,
-                  total_tokens=None if req.length is None else req.length.total_tokens(
-                      req.seq_len),
-                  optimizer=req.optimizer, base_lr=args.base_lr, base_batch_samples=base_batch,
-                  b_noise_tokens=args.b_noise, base_warmup_steps=args.base_warmup_steps,
-                  micro_batch=best.micro_batch if best else None,
-                  grad_accum=best.grad_accum if best else None, pp=best.pp if best else 1,
-                  efficiency_fraction=fraction, gemm_flops=gemm,
-                  step_time_s=best.step_time_s if best else None, lora=req.lora is not None)
+    return PlanAsk(
+        model=args.model, seq_len=args.seq_len, gpu=args.gpu, global_batch=args.global_batch,
+        global_batch_tokens=args.global_batch_tokens, tokens=args.tokens, samples=args.samples,
+        epochs=args.epochs, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+        inter_node=args.inter_node, zero_stages=args.zero, recompute_modes=args.recompute,
+        precision=args.precision, optimizer=args.optimizer, attention=args.attention,
+        framework=args.framework, loss=args.loss, margin_fraction=args.margin,
+        price_per_gpu_hour_usd=args.price, sort_by=args.sort, top_k=args.top, limits=limits,
+        lora=lora, profile=args.profile,
+        guidance=guidance_inputs_from_args(args, args.seq_len))
 
 
 # ---- output -----------------------------------------------------------------------------
@@ -345,12 +283,11 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
 
 def run_plan(args: argparse.Namespace) -> int:
     """Entry point of ``batchfit plan``."""
-    from planner.plans.search import search
+    from planner.plans.path import plan
 
-    calibration = calibration_from_args(args)
-    req = request_from_args(args, calibration)
-    result = search(req)
-    guidance = guidance_for(req, result, args)
+    answer = plan(ask_from_args(args))
+    req, result, guidance = answer.request, answer.result, answer.guidance
+    calibration = answer.calibration
     if args.json:
         doc = plan_json(req, result, guidance)
         doc['calibration'] = None if calibration is None else calibration.summary()
@@ -360,7 +297,7 @@ def run_plan(args: argparse.Namespace) -> int:
         if calibration is not None:
             print(calibration.line())
     if result.status == 'ok':
-        save_and_export(args, req, result)  # --save / --export: the best plan
+        save_and_export(args, req, result, answer.ask.guidance)  # --save/--export: the best plan
     else:
         if args.json:
             print(f'batchfit: no plan: {result.message}', file=sys.stderr)

@@ -32,6 +32,8 @@ from planner.models.spec import ModelSpec, MoESpec
 from planner.planfile.fields import Reader
 from planner.planfile.migrate import CURRENT_SCHEMA, migrate
 from planner.plans.batch import check_candidate
+from planner.plans.guidance import GuidanceInputs
+from planner.plans.path import guidance_for
 
 if TYPE_CHECKING:
     from planner.plans.guidance import Guidance
@@ -135,23 +137,6 @@ class Constraints:
             return None
         return LoraSpec(rank=self.lora['rank'], targets=tuple(self.lora['targets']),
                         base_bits=self.lora['base_bits'])
-
-
-@dataclass(frozen=True)
-class GuidanceInputs:
-    """What the learning-rate guidance was given (all optional).
-
-    Attributes:
-        base_lr: a learning rate known to work at ``base_batch_samples``.
-        base_batch_samples: that reference batch, in sequences.
-        base_warmup_steps: warmup steps of the reference recipe.
-        b_noise_tokens: measured gradient noise scale, in tokens.
-    """
-
-    base_lr: float | None = None
-    base_batch_samples: float | None = None
-    base_warmup_steps: int | None = None
-    b_noise_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -339,7 +324,7 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
         raise InputError('--pick', f'candidate {candidate_index + 1} does not exist',
                          f'1 to {len(shown)}')
     chosen = shown[candidate_index]
-    guidance = guidance_for_candidate(request, result, chosen, inputs)
+    guidance = guidance_for(request, result, chosen, inputs)
     length = request.length
     return PlanFile(
         model=model_record(request.model, model_arg),
@@ -378,30 +363,6 @@ def chosen_candidate(c: Candidate) -> ChosenCandidate:
     layout = {name: data.pop(name) for name in (*LAYOUT_FIELDS, 'recompute',
                                                 'sequence_parallel')}
     return ChosenCandidate(**layout, estimates=data)
-
-
-def guidance_for_candidate(request: PlanRequest, result: SearchResult, chosen: Candidate,
-                           inputs: GuidanceInputs) -> Guidance:
-    """Batch, LR and warmup guidance for ``chosen`` (any row, not only the best)."""
-    from planner.plans.guidance import advise
-    from planner.timing.efficiency import attainable_fraction
-
-    fraction = None
-    if request.calibration is None:
-        fraction = attainable_fraction(chosen.efficiency, request.gpu.family,
-                                       request.framework)
-    gemm = None
-    if result.step is not None:
-        gemm = float(result.step.gemm_flops[result.ranking[chosen.rank - 1]])
-    tokens = None if request.length is None else request.length.total_tokens(request.seq_len)
-    return advise(request.model, request.seq_len, chosen.global_batch, total_tokens=tokens,
-                  optimizer=request.optimizer, base_lr=inputs.base_lr,
-                  base_batch_samples=inputs.base_batch_samples,
-                  b_noise_tokens=inputs.b_noise_tokens,
-                  base_warmup_steps=inputs.base_warmup_steps, micro_batch=chosen.micro_batch,
-                  grad_accum=chosen.grad_accum, pp=chosen.pp, efficiency_fraction=fraction,
-                  gemm_flops=gemm, step_time_s=chosen.step_time_s,
-                  lora=request.lora is not None)
 
 
 def guidance_record(g: Guidance) -> GuidanceRecord:
@@ -611,10 +572,14 @@ def _read_lora(c: Reader) -> dict[str, Any] | None:
 
 def _read_guidance_inputs(g: Reader) -> GuidanceInputs:
     g.only(tuple(f.name for f in fields(GuidanceInputs)))
-    return GuidanceInputs(
-        base_lr=g.number('base_lr', None), base_batch_samples=g.number('base_batch_samples', None),
-        base_warmup_steps=g.count('base_warmup_steps', None),
-        b_noise_tokens=g.number('b_noise_tokens', None))
+    values = {'base_lr': g.number('base_lr', None),
+              'base_batch_samples': g.number('base_batch_samples', None),
+              'base_warmup_steps': g.count('base_warmup_steps', None),
+              'b_noise_tokens': g.number('b_noise_tokens', None)}
+    try:
+        return GuidanceInputs(**values)
+    except InputError as exc:
+        raise g.error('', exc.message) from None
 
 
 def _read_guidance(g: Reader) -> GuidanceRecord:

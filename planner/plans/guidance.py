@@ -48,6 +48,33 @@ LORA_LR_NOTE = ('LoRA: the DeepSeek law is fitted on full pretraining, and LoRA 
 
 
 @dataclass(frozen=True)
+class GuidanceInputs:
+    """What the learning-rate guidance is given (all optional), checked once here.
+
+    Attributes:
+        base_lr: a learning rate known to work at ``base_batch_samples``.
+        base_batch_samples: that reference batch, in sequences.
+        base_warmup_steps: warmup steps of the reference recipe.
+        b_noise_tokens: measured gradient noise scale, in tokens.
+
+    Raises:
+        InputError: a reference LR without its batch (or the reverse), or a noise scale
+            that is not positive (:func:`scale_learning_rate` checks the values).
+    """
+
+    base_lr: float | None = None
+    base_batch_samples: float | None = None
+    base_warmup_steps: int | None = None
+    b_noise_tokens: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.base_lr is None) != (self.base_batch_samples is None):
+            raise InputError('--base-lr', 'give --base-lr and --base-batch together')
+        if self.b_noise_tokens is not None and not self.b_noise_tokens > 0:
+            raise InputError('--b-noise', f'must be positive, got {self.b_noise_tokens!r}')
+
+
+@dataclass(frozen=True)
 class LearningRates:
     """LR for the planned batch under each rule, from a reference (LR0, B0).
 
@@ -270,10 +297,8 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
     Raises:
         InputError: a reference LR without its batch, or a bad number.
     """
-    if (base_lr is None) != (base_batch_samples is None):
-        raise InputError('--base-lr', 'give --base-lr and --base-batch together')
-    if b_noise_tokens is not None and not b_noise_tokens > 0:
-        raise InputError('--b-noise', f'must be positive, got {b_noise_tokens!r}')
+    GuidanceInputs(base_lr=base_lr, base_batch_samples=base_batch_samples,
+                   b_noise_tokens=b_noise_tokens)  # the checks, once
     batch_tokens = global_batch_samples * seq_len
     warnings: list[str] = []
     notes: list[str] = []
