@@ -97,7 +97,8 @@ def evaluate(row: tuple) -> dict:
            'batchfit_search_s_per_candidate': statistics.median(
                search(req).elapsed_s for _ in range(3)) / result.grid_size,
            'batchfit_step_time_s_per_config': seconds_per_call(lambda: step_time_arrays(
-               model, SEQ, gpu, link, one, precision='bf16-mixed', attention='eager'))}
+               model, SEQ, gpu, link, one, precision='bf16-mixed', attention='eager',
+               framework='megatron'))}
     if LLMAnalysis is not None:
         setup = TrainingSetup(seq_len=SEQ, micro_batch=best.micro_batch,
                               grad_accum=best.grad_accum, precision='bf16-mixed', tp=t, pp=p,

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from planner.errors import InputError
 from planner.plans.micro_batch_sweep import micro_batch_sweep
+from planner.units import DAY
 from ui import settings as app_settings
 from ui.controllers.hardware_controller import HardwareController
 from ui.controllers.plan_controller import PlanController
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
     from ui.plan_compute import PlanOutcome
 
 log = logging.getLogger(__name__)
-DAY = 86_400.0
 BUSY_DELAY_MS = 300
 FIRST_PLAN_LOG = 'first plan on screen'  # logged once; benchmarks/bench_gui.py times it
 PLAN_FILTER = QT_TRANSLATE_NOOP('MainWindow', 'batchfit plan (*.json);;All files (*)')

@@ -16,6 +16,7 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from planner.defaults import DEFAULT_MARGIN_FRACTION, DEFAULT_OPTIMIZER, DEFAULT_PRECISION
 from planner.errors import InputError
 
 if TYPE_CHECKING:
@@ -76,11 +77,11 @@ class PlanInputs:
     nodes: int = 1
     gpus_per_node: int = 8
     inter_node: str = ''
-    precision: str = 'amp-bf16'
-    optimizer: str = 'adamw'
+    precision: str = DEFAULT_PRECISION
+    optimizer: str = DEFAULT_OPTIMIZER
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = ('none', 'selective', 'full')
-    margin_percent: float = 5.0
+    margin_percent: float = DEFAULT_MARGIN_FRACTION * 100
     price_per_gpu_hour_usd: float | None = None
     base_lr: float | None = None
     base_batch_samples: float | None = None

@@ -27,6 +27,7 @@ from planner.calibrate.records import MaxMicroBatchRecord, ProbeRecord, model_sp
 from planner.hardware.devices import GpuSpec
 from planner.memory.peak import Overheads, estimate
 from planner.memory.training import TrainingSetup
+from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.calibrate.settings import Settings
@@ -92,7 +93,7 @@ def does_not_fit_message(s: Settings, gpu: GpuSpec, mb: MaxMicroBatchRecord) -> 
                           attention=s.attention, framework='hf')
     need = estimate(s.spec, setup).tensor_peak_bytes
     return (f'{s.spec.name} does not fit one {gpu.name} even at micro-batch 1 (about '
-            f'{need / 2**30:,.1f} GiB of tensors, {mb.capacity_bytes / 2**30:,.1f} GiB '
+            f'{need / GIB:,.1f} GiB of tensors, {mb.capacity_bytes / GIB:,.1f} GiB '
             'available); the measurements were kept: plan a sharded layout with batchfit plan')
 
 

@@ -46,6 +46,7 @@ from planner.hardware.devices import GpuSpec
 from planner.memory.peak import Overheads, estimate
 from planner.memory.recipes import RECIPES
 from planner.memory.training import TrainingSetup
+from planner.units import GIB
 
 # Share of the progress bar per stage (collectives' share goes to the others when off).
 STAGE_WEIGHTS: dict[str, float] = {'environment': 0.05, 'matmul': 0.15, 'proxy': 0.45,
@@ -104,7 +105,7 @@ def run(settings: Settings, out: EventWriter) -> dict[str, Any]:
     if s.memory_limit_bytes:
         device = dataclasses.replace(device, memory_bytes=min(device.memory_bytes,
                                                               s.memory_limit_bytes))
-        notes.append(f'memory limited to {s.memory_limit_bytes / 2**30:.3g} GiB')
+        notes.append(f'memory limited to {s.memory_limit_bytes / GIB:.3g} GiB')
         limit_memory(s.device, s.memory_limit_bytes)
     context = int(env['environment']['cuda_context_bytes'])
     progress('environment', 1.0, device.name)

@@ -34,6 +34,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from planner.calibrate.protocol import EXIT_CODES, parse_event
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_PRECISION,
+)
 from planner.models.spec import ModelSpec
 
 DEFAULT_TIMEOUT_S = 900.0
@@ -68,8 +72,8 @@ class CalibrationOptions:
 
     model: ModelSpec
     seq_len: int
-    precision: str = 'amp-bf16'
-    attention: str = 'flash'
+    precision: str = DEFAULT_PRECISION
+    attention: str = DEFAULT_ATTENTION
     device: str = 'cuda'
     gpu_uuids: tuple[str, ...] = ()
     micro_batches: tuple[int, ...] = ()

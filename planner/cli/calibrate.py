@@ -21,6 +21,8 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from planner.calibrate.protocol import EXIT_CODES, TORCH_EXTRA_HINT, error_event
+from planner.defaults import DEFAULT_PRECISION
+from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.calibrate.runner import CalibrationOutcome
@@ -132,8 +134,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
     uuids = tuple(u.strip() for u in args.gpu_uuid.split(',') if u.strip())
     if uuids and args.device == 'cpu':
         raise InputError('--gpu-uuid', 'names a GPU, but --device is cpu')
-    precision = args.precision or ('fp32' if args.device == 'cpu' else 'amp-bf16')
-    limit = None if args.memory_limit_gib is None else int(args.memory_limit_gib * 2**30)
+    precision = args.precision or ('fp32' if args.device == 'cpu' else DEFAULT_PRECISION)
+    limit = None if args.memory_limit_gib is None else int(args.memory_limit_gib * GIB)
     return CalibrationOptions(
         model=model, seq_len=args.seq_len, precision=precision, attention=args.attention,
         device=args.device, gpu_uuids=uuids, micro_batches=tuple(args.micro_batches),
@@ -215,7 +217,7 @@ def _summary(p: Any, path: Any) -> str:
              f'measured/estimated tensor peak {mem.estimator_ratio:.3f}',
              f'  largest micro-batch: predicted {mb.predicted}, confirmed '
              f'{mb.confirmed if mb.confirmed is not None else "-"} of '
-             f'{mb.capacity_bytes / 2**30:,.1f} GiB']
+             f'{mb.capacity_bytes / GIB:,.1f} GiB']
     if p.collectives is not None:
         c = p.collectives
         lines.append(f'  all-reduce ({c.backend}, {c.world_size} ranks): busbw up to '

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from planner.cli.args import guidance_inputs_from_args, positive_int
 from planner.errors import InputError
+from planner.units import DAY, GIB
 
 if TYPE_CHECKING:
     from planner.export import Export, ExportOptions
@@ -208,8 +209,8 @@ def _estimate_lines(e: dict[str, Any]) -> list[str]:
     memory = e.get('memory') if isinstance(e.get('memory'), dict) else {}
     if isinstance(memory.get('total_bytes'), (int, float)):
         usable = memory.get('usable_bytes')
-        parts.append(f'memory {memory["total_bytes"] / 2**30:.1f} GiB per GPU'
-                     + (f' of {usable / 2**30:.1f} usable' if isinstance(usable, (int, float))
+        parts.append(f'memory {memory["total_bytes"] / GIB:.1f} GiB per GPU'
+                     + (f' of {usable / GIB:.1f} usable' if isinstance(usable, (int, float))
                         else ''))
     for key, label, fmt in (('step_time_s', 'step', '{:.3g} s'), ('mfu', 'MFU', '{:.1%}'),
                             ('tokens_per_s', 'throughput', '{:,.0f} tokens/s'),
@@ -219,6 +220,6 @@ def _estimate_lines(e: dict[str, Any]) -> list[str]:
         value = e.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        text = f'{value / 86400:,.1f} days' if fmt is None else fmt.format(value)
+        text = f'{value / DAY:,.1f} days' if fmt is None else fmt.format(value)
         parts.append(f'{label} {text}')
     return ['Estimates: ' + '; '.join(parts)] if parts else []

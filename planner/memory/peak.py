@@ -23,6 +23,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_MARGIN_FRACTION,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_PRECISION,
+)
 from planner.distinct_rows import DistinctRows, Spread, distinct_rows
 from planner.hardware.devices import GpuSpec
 from planner.memory.activations import (
@@ -42,7 +49,6 @@ from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
 
-GIB = 2**30
 MIB = 2**20
 PHASES: tuple[str, ...] = ('forward_end', 'backward_start', 'backward_end', 'optimizer_step')
 
@@ -71,10 +77,10 @@ class Overheads:
 class MemoryOptions:
     """The categorical choices shared by every configuration of a grid."""
 
-    precision: str = 'amp-bf16'
-    optimizer: str = 'adamw'
-    attention: str = 'flash'
-    framework: str = 'hf'
+    precision: str = DEFAULT_PRECISION
+    optimizer: str = DEFAULT_OPTIMIZER
+    attention: str = DEFAULT_ATTENTION
+    framework: str = DEFAULT_FRAMEWORK
     loss: str = 'hf'
     lora: LoraSpec | None = None
     foreach: bool = True
@@ -658,7 +664,8 @@ class MemoryEstimate:
 
 
 def estimate(model: ModelSpec, setup: TrainingSetup, gpu: GpuSpec | None = None, *,
-             margin_fraction: float = 0.05, overheads: Overheads | None = None) -> MemoryEstimate:
+             margin_fraction: float = DEFAULT_MARGIN_FRACTION,
+             overheads: Overheads | None = None) -> MemoryEstimate:
     """Per-GPU memory of one configuration, with its breakdown and whether it fits.
 
     Raises:

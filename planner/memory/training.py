@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_PRECISION,
+)
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.models.spec import ModelSpec
@@ -116,8 +122,8 @@ class TrainingSetup:
     seq_len: int
     micro_batch: int = 1
     grad_accum: int = 1
-    precision: str = 'amp-bf16'
-    optimizer: str = 'adamw'
+    precision: str = DEFAULT_PRECISION
+    optimizer: str = DEFAULT_OPTIMIZER
     zero: int = 0
     offload: str = 'none'
     tp: int = 1
@@ -128,8 +134,8 @@ class TrainingSetup:
     dp: int = 1
     sequence_parallel: bool = True  # only matters when tp > 1
     recompute: str = 'none'
-    attention: str = 'flash'
-    framework: str = 'hf'  # whose kernels save which tensors
+    attention: str = DEFAULT_ATTENTION
+    framework: str = DEFAULT_FRAMEWORK  # whose kernels save which tensors
     loss: str = ''  # 'hf' or 'megatron'; empty: the framework's own
     lora: LoraSpec | None = None
     foreach: bool = True  # torch.optim's multi-tensor step (the CUDA default)

@@ -26,6 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner import __version__
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_MARGIN_FRACTION,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_PRECISION,
+)
 from planner.errors import InputError
 from planner.memory.training import RECOMPUTE_MODES, LoraSpec
 from planner.models.spec import ModelSpec, MoESpec
@@ -116,12 +123,12 @@ class Constraints:
 
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
-    precision: str = 'amp-bf16'
-    optimizer: str = 'adamw'
-    attention: str = 'flash'
-    framework: str = 'hf'
+    precision: str = DEFAULT_PRECISION
+    optimizer: str = DEFAULT_OPTIMIZER
+    attention: str = DEFAULT_ATTENTION
+    framework: str = DEFAULT_FRAMEWORK
     loss: str = ''
-    margin_fraction: float = 0.05
+    margin_fraction: float = DEFAULT_MARGIN_FRACTION
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
     top_k: int = 10

@@ -100,6 +100,7 @@ def _v0_to_v1(old: dict[str, Any], where: str) -> dict[str, Any]:
         'targets': {'seq_len': need('seq_len'), 'global_batch': need('global_batch'),
                     'global_batch_tokens': None, 'tokens': need('tokens'), 'samples': None,
                     'epochs': None},
+        # What a v1 plan was computed with (fixed by that schema, not today's defaults).
         'constraints': {'precision': old.get('precision', 'amp-bf16'),
                         'optimizer': old.get('optimizer', 'adamw'),
                         'attention': old.get('attention', 'flash'),

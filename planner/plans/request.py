@@ -14,6 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_MARGIN_FRACTION,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_PRECISION,
+)
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
 from planner.memory.peak import ConfigArrays, MemoryOptions, Overheads
@@ -157,12 +164,12 @@ class PlanRequest:
     length: TrainingLength | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
-    precision: str = 'amp-bf16'
-    optimizer: str = 'adamw'
-    attention: str = 'flash'
-    framework: str = 'hf'
+    precision: str = DEFAULT_PRECISION
+    optimizer: str = DEFAULT_OPTIMIZER
+    attention: str = DEFAULT_ATTENTION
+    framework: str = DEFAULT_FRAMEWORK
     loss: str = ''
-    margin_fraction: float = 0.05
+    margin_fraction: float = DEFAULT_MARGIN_FRACTION
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
     top_k: int = 10

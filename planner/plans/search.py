@@ -59,6 +59,7 @@ from planner.plans.result import (
     time_bucket,
 )
 from planner.timing.step_time import LayoutArrays, TrainingTimeArrays, training_time
+from planner.units import GIB
 
 __all__ = [
     'SORT_KEYS',
@@ -343,8 +344,8 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
                                            req.overheads, parts=False).total_bytes, float)
         return _without_plan(req, started, STATUS_NO_FIT,
                              f'none of the {len(grid):,} layouts for a global batch of {batch} '
-                             f'fits in {usable / 2**30:.1f} GiB per GPU (smallest peak '
-                             f'{total.min() / 2**30:.1f} GiB)', len(grid), float(total.min()),
+                             f'fits in {usable / GIB:.1f} GiB per GPU (smallest peak '
+                             f'{total.min() / GIB:.1f} GiB)', len(grid), float(total.min()),
                              step)
 
     st = req.step_times(layout)

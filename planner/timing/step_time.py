@@ -32,6 +32,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_PRECISION,
+)
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
 from planner.memory.model_states import (
@@ -47,7 +53,6 @@ from planner.models.spec import ModelSpec
 from planner.timing.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
 
 RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')  # index = recompute code
-SECONDS_PER_DAY = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -149,17 +154,6 @@ class StepTimeArrays:
     hfu: np.ndarray
     achieved_flops_per_gpu: np.ndarray
     dequant_s: np.ndarray
-
-
-def _stage_params(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
-    """Parameters on the most loaded stage (ceil(L/p) layers plus the edge it holds)."""
-    total = model.total_params()
-    embed, head, norm = model.embedding_params(), model.head_params(), model.norm_params()
-    per_layer = (total - embed - head - norm) / model.num_layers
-    head_on_last = head if head else model.vocab_size * model.hidden_size  # tied: a copy
-    first = np.ceil(model.num_layers / pp) * per_layer + embed
-    last = np.floor(model.num_layers / pp) * per_layer + norm + head_on_last
-    return np.where(pp > 1, np.maximum(first, last), float(total))
 
 
 # Elements read or written per token per layer by memory-bound ops, in units of h
@@ -302,13 +296,14 @@ def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
     base too, at its stored size (``planner.memory.model_states.lora_weight_bytes``: NF4 for
     QLoRA); the larger of the first and last stage counts.
     """
+    # The memory model's partition (planner.memory.model_states.stage_params), once.
+    one = np.ones(np.shape(p), int)
+    stages = [stage_params(model, t, p, one, stage, lora) for stage in ('first', 'last')]
     if lora is None:
-        psi = _stage_params(model, p) / t
+        psi = np.maximum(*(s.dense + s.expert for s in stages))
         return _StageBytes(grad_bytes=psi * r.grad_bytes, update_bytes=psi * r.weight_bytes,
                            gather_bytes=psi * r.weight_bytes, trainable=psi,
                            quantized=np.zeros(np.shape(psi)))
-    one = np.ones(np.shape(p), int)
-    stages = [stage_params(model, t, p, one, stage, lora) for stage in ('first', 'last')]
     trainable = np.maximum(*(s.trainable_dense + s.trainable_expert for s in stages))
     gather = np.maximum(*(lora_weight_bytes(s, r, lora) for s in stages))
     quantized = (np.maximum(*(s.matmul - s.head_matmul for s in stages)) if lora.quantized
@@ -347,9 +342,9 @@ def _ring_bandwidth(span_gpus, members_per_node, gpus_per_node, intra_bps, inter
 
 
 def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: LinkSpec | None,
-                     layout: LayoutArrays, *, precision: str = 'bf16-mixed',
-                     optimizer: str = 'adamw', attention: str = 'flash',
-                     framework: str = 'megatron', options: StepTimeOptions | None = None,
+                     layout: LayoutArrays, *, precision: str = DEFAULT_PRECISION,
+                     optimizer: str = DEFAULT_OPTIMIZER, attention: str = DEFAULT_ATTENTION,
+                     framework: str = DEFAULT_FRAMEWORK, options: StepTimeOptions | None = None,
                      calibration: CalibrationProfile | Mapping | None = None,
                      lora: LoraSpec | None = None) -> StepTimeArrays:
     """Time one optimizer step for every candidate in ``layout``.

@@ -56,7 +56,7 @@ def layout(gpus: int, tp: int, pp: int, vpp: int, micro: int, batch: int, recomp
 
 def megatron_step(model: ModelSpec, lay: LayoutArrays, **kw):
     return step_time_arrays(model, SEQ, find_gpu(A100), find_interconnect('ib-hdr'), lay,
-                            precision='bf16-mixed', attention='eager', **kw)
+                            precision='bf16-mixed', attention='eager', framework='megatron', **kw)
 
 
 # ---- Korthikanti et al. 2022, Table 5: full recompute / selective (+SP) iteration time ----
@@ -176,7 +176,7 @@ def test_dp_traffic_uses_the_slowest_link_with_parallel_rails():
     """A DP group inside a node runs at NVLink; across nodes k members drive k rails."""
     model = find_preset('llama-3-8b')
     opts = StepTimeOptions(dp_overlap=0.0)  # expose all of it
-    kw = {'precision': 'bf16-mixed', 'options': opts}
+    kw = {'precision': 'bf16-mixed', 'framework': 'megatron', 'options': opts}
     gpu, ndr = find_gpu('h100-sxm'), find_interconnect('ib-ndr')
     inside = step_time_arrays(model, 4096, gpu, ndr, layout(8, 1, 1, 1, 1, 8, 0), **kw)
     k8 = step_time_arrays(model, 4096, gpu, ndr, layout(16, 1, 1, 1, 1, 16, 0), **kw)

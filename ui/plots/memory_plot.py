@@ -17,6 +17,7 @@ from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QToolTip
 
 from planner.memory.report import COMPONENT_LABELS, OVERHEAD_LABELS
+from planner.units import GIB
 from ui.core_terms import core_text
 from ui.i18n import translate
 from ui.plots.series_plot import settle_view
@@ -24,7 +25,6 @@ from ui.plots.series_plot import settle_view
 if TYPE_CHECKING:
     from planner.plans.result import CandidateMemory
 
-GIB = 2**30
 PARTS: tuple[tuple[str, str], ...] = (
     *((f'components.{k}', v) for k, v in COMPONENT_LABELS.items()),
     *((f'overhead.{k}', v) for k, v in OVERHEAD_LABELS.items()),

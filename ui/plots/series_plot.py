@@ -15,13 +15,12 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
 
+from planner.units import GIB
 from ui.i18n import translate
 
 if TYPE_CHECKING:
     from planner.plans.micro_batch_sweep import MicroBatchSweep
 
-DAY = 86_400.0
-GIB = 2**30
 GRID_PEN = '#e4e4e4'
 TOO_BIG_GREY = '#9e9e9e'
 

@@ -22,6 +22,7 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QWidget
 
 from planner.memory.report import COMPONENT_LABELS, OVERHEAD_LABELS
+from planner.units import DAY, gib
 from ui.core_terms import core_text
 from ui.i18n import translate
 
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
     from planner.plans.request import PlanRequest
     from planner.plans.result import Candidate
 
-GIB = 2**30
-DAY = 86_400.0
 LABEL_WIDTH = (100, 230)  # the label column's range in pixels; the values get the rest
 
 # Tooltips, translated when shown (DetailPanel._row).
@@ -108,11 +107,6 @@ class _Line:
 class _Section:
     title: str
     lines: list[_Line]
-
-
-def gib(n: float) -> str:
-    """Bytes as GiB."""
-    return f'{n / GIB:,.2f} GiB'
 
 
 def _formula(key: str) -> str:
