@@ -92,7 +92,7 @@ $(DIST_VENV)/.installed: pyproject.toml
 	touch $@
 
 # Qt's xcb and wayland plugins need these; PyInstaller silently leaves out what the build
-# host lacks (STYLE.md §4), so install them when root and missing (Debian/Ubuntu names).
+# host lacks (Friture's .github/workflows/install-linux.sh warns of it), so install them when root and missing (Debian/Ubuntu names).
 DIST_HOST_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 \
 	libxcb-randr0 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 \
 	libfontconfig1 libdbus-1-3 libwayland-cursor0 libwayland-egl1

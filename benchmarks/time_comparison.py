@@ -4,7 +4,7 @@ Run ``.venv/bin/python -m benchmarks.time_comparison [--json OUT]`` from the rep
 root (llm-analysis columns need ``.venv/bin/pip install llm-analysis``; skipped with a
 note when it is absent).
 
-Each row of the paper's Table 1 (DOMAIN.md §11 V3: GPT with V = 51200, s = 2048, f = 4h,
+Each row of the paper's Table 1 (GPT with V = 51200, s = 2048, f = 4h,
 A100-80GB, full recompute, no ZeRO) is planned as ``tests/planner/test_step_time.py``
 does: ``planner.plans.search`` at the paper's t, p, GPU count and global batch, eager attention,
 Megatron ``bf16-mixed``; the micro-batch and interleaving are the search's choice (the

@@ -1,4 +1,5 @@
-"""The recompute behind the window, as pure Qt-free functions (Orange's ``run``, §1.4.3).
+"""The recompute behind the window, as pure Qt-free functions (as Orange3's
+``run`` functions, e.g. Orange/widgets/data/owoutliers.py).
 
 :func:`compute_plan` runs in a worker thread: the search, the candidates for the
 table, the best time-to-train at each GPU count and a sweep of the global batch. What a

@@ -5,7 +5,7 @@ micro-batch that fits the device (:func:`planner.calibrate.fit.largest_fitting_m
 One probe trains the **full-depth** model at that size in a fresh process
 (``python -m planner.calibrate --probe ...``, :func:`run_edge_probe`): no in-process
 call fully resets the caching allocator after an OOM, and a crash or hang of the
-probe is a failed probe, never the caller's (CALIBRATION.md §2). When it does not fit,
+probe is a failed probe, never the caller's (pytorch #72117). When it does not fit,
 the next size comes from the estimator corrected by what the probe saw, never from
 halving; at most :data:`MAX_EDGE_PROBES` probes.
 """
@@ -103,8 +103,8 @@ def edge_probe(config: dict[str, Any]) -> dict[str, Any]:
     ``config`` has ``model`` (ModelSpec fields), ``micro_batch``, ``seq_len``,
     ``precision``, ``attention``, ``device``, ``capacity_bytes`` and ``overhead_bytes``
     (what the device holds besides tensors, CPU only). On CUDA it trains two steps and
-    catches an OOM (allocator retries count as not fitting, CALIBRATION.md §3); on the
-    CPU it measures the fake peak and compares it with the capacity.
+    catches an OOM (allocator retries count as not fitting, as in Composer's
+    auto-microbatching); on the CPU it measures the fake peak and compares it with the capacity.
     """
     from planner.calibrate.records import model_spec_from_dict
 

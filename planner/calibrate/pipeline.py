@@ -185,7 +185,7 @@ def _version() -> str:
 # ---- micro-batches -------------------------------------------------------------------------
 
 def _choose_micro_batches(s: Settings, device: DeviceInfo, context: int) -> tuple[int, ...]:
-    """The user's, or ~30/60/85 % of the full model's predicted capacity (CALIBRATION §8).
+    """The user's, or ~30/60/85 % of the full model's predicted capacity.
 
     The CPU never runs out of memory in a useful way and every sample costs real time,
     so it takes 1, 2, 4. A GPU model too big for one device takes what the 2-layer

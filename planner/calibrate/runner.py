@@ -7,12 +7,13 @@ the program and its environment, :func:`~planner.calibrate.protocol.parse_event`
 reads each stdout line, and :func:`classify` turns the end of the process into an
 outcome.
 
-The child is ``<python> -m planner.calibrate ...`` with ``CUDA_VISIBLE_DEVICES`` set to
-the GPU's UUID, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CALIBRATION.md §12) and
-``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` unless the user set an
-allocator configuration (§3). The interpreter defaults to this one; another (the
-user's training environment) sees this ``planner`` package through ``PYTHONPATH`` so
-parent and child always speak the same protocol.
+The child is ``<python> -m planner.calibrate ...`` with ``CUDA_VISIBLE_DEVICES`` set to the
+GPU's UUID, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (so CUDA numbers GPUs as NVML does: CUDA C
+Programming Guide, "CUDA Environment Variables") and
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` unless the user set an allocator
+configuration (PyTorch's OOM message recommends it). The interpreter defaults to this one;
+another (the user's training environment) sees this ``planner`` package through
+``PYTHONPATH`` so parent and child always speak the same protocol.
 """
 
 from __future__ import annotations

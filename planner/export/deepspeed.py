@@ -1,4 +1,4 @@
-"""DeepSpeed config JSON (LAUNCHERS.md §4).
+"""DeepSpeed config JSON (deepspeed/runtime/config.py, DeepSpeed 0.19).
 
 ``train_batch_size`` is micro-batch × accumulation × **DP** (DeepSpeed's "world size"
 is the data-parallel size), and all three batch fields are written, so DeepSpeed never

@@ -1,4 +1,6 @@
-"""Hugging Face Trainer: ``TrainingArguments`` flags, launched by torchrun (LAUNCHERS.md §5).
+"""Hugging Face Trainer: ``TrainingArguments`` flags, launched by torchrun.
+
+The flags are transformers' (src/transformers/training_args.py).
 
 Integer ``--warmup_steps`` (``--warmup_ratio`` is gone in transformers 5.23), one of
 ``--bf16``/``--fp16``, ``--gradient_checkpointing``, and ZeRO through an inline

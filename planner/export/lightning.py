@@ -1,4 +1,4 @@
-"""PyTorch Lightning ``Trainer`` settings as a LightningCLI YAML (LAUNCHERS.md §7).
+"""PyTorch Lightning ``Trainer`` settings as a LightningCLI YAML (src/lightning/pytorch/cli.py).
 
 ``devices`` is GPUs **per node** and ``num_nodes`` the nodes. Lightning does not check
 ``accumulate_grad_batches`` (0 and 2.5 pass), so batchfit's own check stands in. The

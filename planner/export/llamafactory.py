@@ -1,4 +1,4 @@
-"""LLaMA-Factory training YAML (LAUNCHERS.md §9).
+"""LLaMA-Factory training YAML (src/llamafactory/hparams/parser.py).
 
 The HF Trainer keys (``per_device_train_batch_size``, ``gradient_accumulation_steps``,
 ``learning_rate``, integer ``warmup_steps``, ``bf16``, ``gradient_checkpointing``,

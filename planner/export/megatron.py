@@ -1,4 +1,4 @@
-"""Megatron-LM ``pretrain_gpt.py`` arguments, launched by torchrun (LAUNCHERS.md §6).
+"""Megatron-LM ``pretrain_gpt.py`` arguments, launched by torchrun (megatron/training/arguments.py).
 
 Dashed flags only (Megatron's parser has ``allow_abbrev=False`` and no underscore
 aliases). The global batch is written explicitly, so Megatron's microbatch calculator

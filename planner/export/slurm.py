@@ -1,4 +1,4 @@
-"""Slurm batch script: one torchrun per node through ``srun``, c10d rendezvous (§10).
+"""Slurm batch script: one torchrun per node through ``srun``, c10d rendezvous.
 
 The pattern of pytorch/examples' ``sbatch_run.sh``: ``--ntasks-per-node=1``, the first
 host of the allocation as the c10d endpoint, the job id as the rendezvous id. Nothing

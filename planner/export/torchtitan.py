@@ -1,4 +1,4 @@
-"""torchtitan job config (TOML, torchtitan 0.2.x) (LAUNCHERS.md §8).
+"""torchtitan job config (TOML, torchtitan 0.2.x) (torchtitan/config/job_config.py).
 
 DP is split into ``data_parallel_replicate_degree`` (DDP) and
 ``data_parallel_shard_degree`` (FSDP2): ZeRO-3 shards over all of DP; ZeRO 1-2 also

@@ -1,7 +1,7 @@
 """Per-GPU peak training memory, vectorised over configurations.
 
 The peak is the largest total of live tensors over the phases of a step, never
-one sum of everything (DOMAIN.md §6):
+one sum of everything (torch.distributed._tools.mem_tracker reports the same phases):
 
 * ``forward_end``: model states, activations of every in-flight micro-batch,
   autocast weight copies, and the loss being computed;
@@ -372,7 +372,7 @@ def _inflight(cfg: ConfigArrays) -> np.ndarray:
     """Micro-batches whose activations the first pipeline stage holds at once.
 
     1F1B keeps min(m, p) in flight; interleaving adds (p-1)/(p·v) (Korthikanti et al.
-    2022, DOMAIN.md §5).
+    2022 §4.2.3; Megatron-LM megatron/training/theoretical_memory_usage.py).
     """
     pp = cfg.pp
     interleave = np.where(cfg.vpp > 1, 1 + (pp - 1) / (pp * cfg.vpp), 1.0)

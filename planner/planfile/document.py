@@ -630,7 +630,7 @@ def _read_calibration(doc: Reader, key: str) -> dict[str, Any] | None:
 
 
 def _check_consistent(plan: PlanFile, where: str) -> None:
-    """The identities every exporter relies on (LAUNCHERS.md §1)."""
+    """The identities every exporter relies on (:mod:`planner.plans.batch`)."""
     check_candidate(plan.candidate, f'{where}: candidate')
     t = plan.targets
     if (t.global_batch is None) == (t.global_batch_tokens is None):

@@ -1,6 +1,6 @@
 """Is a global batch a good idea? Learning rate, warmup and critical-batch guidance.
 
-Formulas (DOMAIN.md §10):
+Formulas:
 
 * **Learning-rate scaling** from a reference (LR0, B0) to B, with kappa = B / B0:
   linear rule with warmup (Goyal et al. 2017): LR0 * kappa; square-root rule

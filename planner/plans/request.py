@@ -1,7 +1,7 @@
 """What a plan search is asked: the model, the cluster, the target batch and the limits.
 
 :class:`PlanRequest` is the one frozen, validated input of :func:`planner.plans.search.search`
-(STYLE.md §1.5: one documented "plan inputs" object whose fields carry units).
+(one documented object whose fields carry units; :mod:`planner.plans.path` builds it).
 :class:`LayoutLimits` constrains the layouts the search may propose.
 """
 

@@ -1,7 +1,7 @@
 """Step time, throughput and time-to-train, vectorised over candidate configurations.
 
 One optimizer step of a (TP, PP, CP, DP) layout with gradient accumulation costs
-(DOMAIN.md §8)::
+(Narayanan et al. 2021: the pipeline bubble of §2.2, the costs of §3)::
 
     t_step = t_mb · (m + (p - 1)/v)          # micro-batches through the pipeline, bubble
            + exposed DP communication         # gradient reduction not hidden by backward
@@ -566,7 +566,8 @@ class TrainingTimeArrays:
 
 def training_time(step_time_s, global_batch_samples, seq_len: int, gpus,
                   length: TrainingLength, price_per_gpu_hour_usd: float) -> TrainingTimeArrays:
-    """steps = data / B; wall = steps x step time; GPU-hours = wall x GPUs (DOMAIN.md §9).
+    """steps = data / B; wall = steps x step time; GPU-hours = wall x GPUs (Narayanan et al. 2021
+    eq. 4 is its closed form).
 
     The last, partial step is counted as a fraction, as Narayanan et al.'s
     T_end2end = 8·T·P/(n·X) does.

@@ -1,4 +1,4 @@
-"""The step-time and time-to-train model against published numbers (DOMAIN.md §8, §9, §11)."""
+"""The step-time and time-to-train model against published numbers (each test names its source)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 One ``BarGraphItem`` per named part (planner.memory.report's labels, shown translated through
 :func:`ui.core_terms.core_text`), created once and updated with
-``setOpts(height=..., y0=...)`` (STYLE.md §1.3.1). Hovering the bar shows the part under
-the mouse in a tooltip.
+``setOpts(height=..., y0=...)`` (the pattern of pyqtgraph's examples/PanningPlot.py).
+Hovering the bar shows the part under the mouse in a tooltip.
 """
 
 from __future__ import annotations

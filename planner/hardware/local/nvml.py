@@ -38,8 +38,6 @@ __all__ = ['probe', 'shutdown']
 log = logging.getLogger(__name__)
 
 # NVML return codes and enums from nvml.h: a stable C ABI, so naming them needs no pynvml.
-_INVALID_ARGUMENT = 2
-_NOT_SUPPORTED = 3
 _NO_PERMISSION = 4
 _DRIVER_NOT_LOADED = 9
 _LIBRARY_NOT_FOUND = 12
