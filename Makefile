@@ -1,8 +1,8 @@
 # Two commands on a fresh Linux machine with Python 3.10+:
 #   make run   - create .venv, install batchfit, open the desktop app on a worked example
-#   make test  - create .venv, install the test and launchers extras (CPU torch), run lint,
-#                the import contracts and the whole suite (tests/launchers feeds exports to
-#                the launchers' own parsers)
+#   make test  - create .venv, install the test and launchers extras (CPU torch), run ruff,
+#                the import contracts, mypy and the whole suite (tests/launchers feeds
+#                exports to the launchers' own parsers)
 # Packaging (packaging/README.md):
 #   make dist  - the frozen folder dist/batchfit/ and its .tar.gz (fails over 120 MB)
 #   make smoke - launch the frozen binaries offscreen: plan, screenshot, calibration hint
@@ -42,6 +42,7 @@ example: $(VENV)/.installed-run
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: $(VENV)/.installed-test
 	@command -v sbatch >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -50,6 +51,7 @@ test: $(VENV)/.installed-test
 		|| echo 'make: sbatch not installed; the Slurm launcher check is skipped'
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
 # Benchmarks get their own environment: llm-analysis (the peer compared side by side) pins
@@ -116,4 +118,5 @@ smoke:
 		&& echo --python-with-torch $(BIN)/python)
 
 clean:
-	rm -rf $(VENV) $(BENCH) $(DIST_VENV) build dist .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(BENCH) $(DIST_VENV) build dist .pytest_cache .ruff_cache .hypothesis \
+		.mypy_cache .import_linter_cache .grimp_cache

@@ -29,9 +29,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP
-
-from ui.i18n import translate
+from ui.i18n import QT_TRANSLATE_NOOP, translate
 
 CONTEXT = 'Core'
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, QByteArray, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -41,6 +41,7 @@ from ui.controllers.hardware_controller import HardwareController
 from ui.controllers.plan_controller import PlanController
 from ui.controllers.staged_update import StagedUpdate
 from ui.i18n import (
+    QT_TRANSLATE_NOOP,
     current_language,
     language_choices,
     resolve_language,
@@ -60,6 +61,7 @@ from ui.widgets.input_panel import InputPanel
 from ui.widgets.results_view import ResultsView
 
 if TYPE_CHECKING:
+    from planner.plans.guidance import Guidance
     from planner.plans.result import Candidate
     from ui.plan_compute import PlanOutcome
 
@@ -95,7 +97,7 @@ class MainWindow(QMainWindow):
         self.outcome: PlanOutcome | None = None
         self.shown_outcome: PlanOutcome | None = None  # the last one plan_shown announced
         self._stages = StagedUpdate(self)
-        self._guidance = None  # of the selected row
+        self._guidance: Guidance | None = None  # of the selected row
         self._pending_choice = None  # the row an opened plan file chose
         self.path: str | None = None
         self._saved_inputs: PlanInputs = PlanInputs()

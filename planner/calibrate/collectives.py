@@ -110,8 +110,10 @@ def _rank_main(backend: str, rank: int, world: int, sizes: Sequence[int]) -> dic
         torch.cuda.set_device(device)
         free, total = torch.cuda.mem_get_info()
         used_before = total - free
-    extra = {'device_id': device} if cuda else {}  # binds NCCL to this rank's GPU
-    dist.init_process_group(backend, rank=rank, world_size=world, **extra)
+    if cuda:  # device_id binds NCCL to this rank's GPU
+        dist.init_process_group(backend, rank=rank, world_size=world, device_id=device)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world)
     times = []
     nccl_memory = None
     for i, size in enumerate(sizes):

@@ -237,12 +237,15 @@ def _measure_proxy(s: Settings, configs: list[tuple[int, int]], floor: tuple[int
     for i, depths in enumerate(groups):
         share = 0.6 / len(groups)
         progress('proxy', i * share, f'{"/".join(map(str, depths))}-layer proxy: timing')
+
+        def on_step(f: float, i: int = i, share: float = share) -> None:
+            progress('proxy', (i + f) * share)
+
         try:
             timings += probes.time_proxy(
                 s.spec, depths, timed, precision=s.precision, attention=s.attention,
                 device=s.device, repeats=s.repeats, warmup=s.warmup,
-                window=3 if s.device == 'cuda' else 1,
-                on_step=lambda f, i=i, share=share: progress('proxy', (i + f) * share))
+                window=3 if s.device == 'cuda' else 1, on_step=on_step)
         except Exception as exc:  # an OOM is classified, the rest re-raised
             if not probes.is_oom(exc):
                 raise
@@ -330,7 +333,7 @@ def _memory_record(steps: list[StepMeasurement], context: int, s: Settings) -> M
                              for m in real if m.estimated_tensor_peak_bytes > 0] or [1.0]))
     full = []
     for b, seq in sorted({(m.micro_batch, m.seq_len) for m in real}):
-        at = {m.layers: m.peak_allocated_bytes for m in real
+        at = {m.layers: float(m.peak_allocated_bytes) for m in real
               if (m.micro_batch, m.seq_len) == (b, seq)}
         _, _, extrapolated = fit.extrapolate_depth(at, s.spec.num_layers)
         setup = TrainingSetup(seq_len=seq, micro_batch=b, precision=s.precision,
@@ -385,7 +388,8 @@ def _full_depth_points(steps: list[StepMeasurement], full_layers: int
     by_config: dict[tuple[int, int, bool], dict[int, StepMeasurement]] = {}
     for m in steps:
         by_config.setdefault((m.micro_batch, m.seq_len, m.for_efficiency), {})[m.layers] = m
-    full, per_depth = [], {}
+    full: list[fit.StepPoint] = []
+    per_depth: dict[int, list[fit.StepPoint]] = {}
     for (b, seq, for_eff), at in sorted(by_config.items()):
         _, _, fb = fit.extrapolate_depth({d: m.forward_backward_s for d, m in at.items()},
                                          full_layers)

@@ -206,7 +206,7 @@ def lora_text(plan: PlanFile) -> str:
 
 def _estimate_lines(e: dict[str, Any]) -> list[str]:
     parts = []
-    memory = e.get('memory') if isinstance(e.get('memory'), dict) else {}
+    memory: dict[str, Any] = e['memory'] if isinstance(e.get('memory'), dict) else {}
     if isinstance(memory.get('total_bytes'), (int, float)):
         usable = memory.get('usable_bytes')
         parts.append(f'memory {memory["total_bytes"] / GIB:.1f} GiB per GPU'

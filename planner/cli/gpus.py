@@ -97,7 +97,9 @@ def watch(seconds: float, *, json_output: bool = False, iterations: int | None =
         0, also after Ctrl-C.
     """
     if snapshot is None:
-        from planner.hardware.local import probe as snapshot
+        from planner.hardware.local import probe
+
+        snapshot = probe
     out = sys.stdout if stream is None else stream
     clear = not json_output and out.isatty()
     try:

@@ -124,13 +124,13 @@ def _precision(plan: PlanFile, args: list[tuple[str, Any]]) -> list[str]:
 
 
 def _schedule(plan: PlanFile, notes: list[str]) -> list[tuple[str, Any]]:
-    g, args = plan.guidance, []
+    g, args = plan.guidance, list[tuple[str, Any]]()
     if plan.steps is not None:
         args.append(('--train-iters', plan.steps))
     else:
         notes.append('the plan has no data size: add --train-iters')
-    if g.learning_rate is not None:
-        lr = learning_rate(plan)
+    lr = learning_rate(plan)
+    if lr is not None:
         args += [('--lr', lr), ('--min-lr', float(f'{lr / 10:.3g}')),
                  ('--lr-decay-style', 'cosine')]
     else:

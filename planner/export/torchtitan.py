@@ -94,7 +94,7 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
         notes.append('fp8: add the float8 converter (model.converters, needs torchao); '
                      'written as bf16')
     g = plan.guidance
-    tables = {
+    tables: dict[str, dict[str, Any]] = {
         'job': {'description': f'batchfit plan: {m.name} on {n.world_size} GPUs'},
         'model': {'name': name, 'flavor': flavor},
         'optimizer': {'name': optimizer, 'lr': learning_rate(plan)},

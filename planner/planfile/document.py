@@ -252,7 +252,8 @@ class PlanFile:
         from planner.timing.step_time import StepTimeOptions, TrainingLength
 
         c, t = self.constraints, self.targets
-        limits = {k: tuple(v) if isinstance(v, list) else v for k, v in c.limits.items()}
+        limits: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in c.limits.items()}
         length = (TrainingLength(tokens=t.tokens) if t.tokens is not None
                   else TrainingLength(samples=t.samples, epochs=t.epochs or 1.0))
         calibration = None
@@ -618,6 +619,8 @@ def _read_calibration(doc: Reader, key: str) -> dict[str, Any] | None:
     cal.only(('axis', 'points', 'source'))
     points = cal.data.get('points')
     try:
+        if points is None:
+            raise TypeError(points)
         profile = CalibrationProfile(axis=cal.text('axis'),
                                      points=tuple((float(x), float(y)) for x, y in points),
                                      source=cal.text('source', 'calibration'))

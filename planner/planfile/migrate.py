@@ -85,7 +85,7 @@ def _v0_to_v1(old: dict[str, Any], where: str) -> dict[str, Any]:
     kind = 'size' if ref and parse_size(ref) is not None else 'preset' if ref else 'spec'
     if ref.lower().endswith('.json'):
         kind = 'spec'  # v0 did not embed the config.json: only its shape survives
-    memory = plan.get('memory') if isinstance(plan.get('memory'), dict) else {}
+    memory: dict[str, Any] = plan['memory'] if isinstance(plan.get('memory'), dict) else {}
     candidate = {key: need(key, plan) for key in _V0_LAYOUT}
     candidate['estimates'] = {k: v for k, v in plan.items() if k not in _V0_LAYOUT}
     return {

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from planner.defaults import (
     DEFAULT_ATTENTION,
@@ -174,7 +174,7 @@ def build_request(ask: PlanAsk, calibration: CalibrationUse | None = None) -> Pl
         length = TrainingLength(samples=ask.samples, epochs=ask.epochs or 1.0)
     else:
         length = TrainingLength(tokens=ask.tokens)
-    measured = {} if calibration is None else {
+    measured: dict[str, Any] = {} if calibration is None else {
         'calibration': calibration.efficiency, 'overheads': calibration.overheads,
         'step_options': calibration.step_options or StepTimeOptions()}
     return PlanRequest(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -164,14 +164,15 @@ class CalibrationProfile:
         Raises:
             InputError: a key or value is not a number, or out of range.
         """
-        if 'points' in data:
-            axis = str(data.get('axis', axis))  # type: ignore[assignment]
-            source = str(data.get('source', source))
-            data = data['points']  # type: ignore[assignment]
-            if not isinstance(data, Mapping):
+        raw: Mapping[Any, Any] = data
+        if 'points' in raw:
+            axis = cast(ProfileAxis, str(raw.get('axis', axis)))  # checked by __post_init__
+            source = str(raw.get('source', source))
+            raw = raw['points']
+            if not isinstance(raw, Mapping):
                 raise InputError('calibration.points', 'must map x to efficiency')
         try:
-            points = sorted((float(x), float(eff)) for x, eff in data.items())  # type: ignore[arg-type]
+            points = sorted((float(x), float(eff)) for x, eff in raw.items())
         except (TypeError, ValueError):
             raise InputError('calibration', 'keys and values must be numbers') from None
         return cls(axis=axis, points=tuple(points), source=source)

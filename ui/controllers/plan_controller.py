@@ -76,7 +76,8 @@ class _PlanRunnable(QRunnable):
     def run(self) -> None:
         from planner.plans.search import SearchCancelled
 
-        sweep = error = None
+        sweep = None
+        error: Exception | None = None
         try:
             outcome = compute_main(self.inputs, should_stop=self.cancel.is_set)
             self.signals.main.emit(self.generation, outcome)

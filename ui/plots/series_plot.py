@@ -137,7 +137,7 @@ class _Series:
             self.marker.setVisible(False)
             return
         log_x = self.item.getViewBox().state['logMode'][0]
-        self.marker.setPos(np.log10(x) if log_x else x)
+        self.marker.setPos(np.log10(shown[0]) if log_x else shown[0])
         self.marker.label.setFormat(label)
         self.marker.setVisible(True)
         self.item.setLabel('bottom', translate('SeriesPlot', '{axis}  (dashed: {marker})').format(
@@ -293,7 +293,8 @@ class MicroBatchPlot(SeriesPlot):
             self.legend.setVisible(bool((~fits).any()))
             settle_view(self.getPlotItem())
         self.set_x_ticks(micro, lambda v: f'{v:.0f}')  # micro-batches are whole
-        hit = np.flatnonzero(micro == selected_micro) if selected_micro is not None else []
+        hit = (np.flatnonzero(micro == selected_micro) if selected_micro is not None
+               else np.zeros(0, int))
         if len(hit):
             self.set_highlight(micro[hit[0]], float(tps[hit[0]]))
         else:

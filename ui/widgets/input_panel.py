@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -35,7 +35,7 @@ from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.timing.step_time import RECOMPUTE_MODES
 from ui.core_terms import core_text
-from ui.i18n import translate
+from ui.i18n import QT_TRANSLATE_NOOP, translate
 from ui.plan_inputs import PlanInputs
 from ui.widgets.field_check import (
     FieldError,
@@ -347,8 +347,8 @@ class InputPanel(QScrollArea):
         for spin in (self.nodes_spin, self.gpus_per_node_spin, self.margin_spin,
                      self.lora_rank_spin):
             spin.valueChanged.connect(self._edited)
-        for box in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
-            box.toggled.connect(self._edited)
+        for check in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
+            check.toggled.connect(self._edited)
         self.gpu_combo.currentIndexChanged.connect(self._gpu_picked)
 
     # ---- building --------------------------------------------------------------------

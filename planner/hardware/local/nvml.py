@@ -234,7 +234,8 @@ class _Reader:
 
 
 def _memory(r: _Reader, handle: Any) -> Any:
-    attempts = [('nvmlDeviceGetMemoryInfo', 'nvmlDeviceGetMemoryInfo', (handle,), {})]
+    attempts: list[tuple[str, str, tuple, dict]] = [
+        ('nvmlDeviceGetMemoryInfo', 'nvmlDeviceGetMemoryInfo', (handle,), {})]
     if hasattr(r.nv, 'nvmlMemory_v2'):  # v2 separates driver-reserved memory from used
         attempts.insert(0, ('nvmlDeviceGetMemoryInfo_v2', 'nvmlDeviceGetMemoryInfo',
                             (handle,), {'version': r.nv.nvmlMemory_v2}))
