@@ -39,6 +39,7 @@ from planner.defaults import (
     DEFAULT_ATTENTION,
     DEFAULT_PRECISION,
 )
+from planner.messages import Message
 from planner.models.spec import ModelSpec
 
 DEFAULT_TIMEOUT_S = 900.0
@@ -188,7 +189,7 @@ def classify(returncode: int | None, events: list[dict[str, Any]], *, cancelled:
     error = next((e for e in reversed(events) if e.get('event') == 'error'), None)
     result = next((e for e in events if e.get('event') == 'result'), None)
     if timed_out:
-        return 'timeout', f'calibration timed out after {timeout_s:.0f} s and was stopped'
+        return 'timeout', Message('calibrate.timed_out', seconds=f'{timeout_s:.0f}')
     if cancelled:
         return 'cancelled', 'calibration cancelled'
     if returncode == 0 and result is not None:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from planner.errors import InputError
+from planner.messages import Message
 from planner.models.spec import ModelSpec
 
 # DeepSeek LLM (arXiv 2401.02954), fitted on their data and architecture.
@@ -255,15 +256,15 @@ def suggest_warmup_steps(tokens_per_step: float, total_steps: float | None = Non
     """
     if base_warmup_steps is not None and base_batch_tokens is not None:
         tokens = base_warmup_steps * base_batch_tokens
-        note = (f'the reference warmup ({base_warmup_steps} steps of '
-                f'{base_batch_tokens:,.0f} tokens) kept in tokens')
+        note: str = Message('guidance.warmup_reference', steps=base_warmup_steps,
+                            tokens=f'{base_batch_tokens:,.0f}')
     else:
         tokens = DEFAULT_WARMUP_TOKENS
         note = 'GPT-3 warmed up over 375M tokens (Brown et al. 2020)'
     steps = math.ceil(tokens / tokens_per_step)
     if total_steps is not None and steps > MAX_WARMUP_FRACTION * total_steps:
         steps = max(1, math.floor(MAX_WARMUP_FRACTION * total_steps))
-        note += '; capped at 10 % of the run'
+        note = Message('guidance.warmup_capped', note=note)
     return steps, note
 
 
@@ -307,9 +308,8 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
     if total_tokens is not None:
         compute = deepseek_compute_flops(model, seq_len, total_tokens)
         opt_batch, opt_lr = deepseek_optimal_batch_tokens(compute), deepseek_optimal_lr(compute)
-        notes.append(f'DeepSeek scaling law at C = {compute:.2e} FLOPs: B_opt ~ '
-                     f'{opt_batch / 1e6:,.2f}M tokens, LR_opt ~ {opt_lr:.2e} (AdamW, fitted on '
-                     'their data; a starting point, not a guarantee)')
+        notes.append(Message('guidance.deepseek', compute=f'{compute:.2e}',
+                             batch=f'{opt_batch / 1e6:,.2f}', lr=f'{opt_lr:.2e}'))
     if b_noise_tokens is not None:
         critical, source = b_noise_tokens, 'gradient noise scale given (--b-noise)'
     elif opt_batch is not None:
@@ -328,16 +328,13 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
                       for k in (0.25, 0.5, 1.0, 2.0, 4.0))
         if batch_tokens > ABOVE_CRITICAL_FACTOR * critical:
             doubling = steps_factor(2 * batch_tokens, critical) / s_factor
-            warnings.append(
-                f'global batch {batch_tokens / 1e6:,.2f}M tokens is '
-                f'{batch_tokens / critical:.1f}x the critical batch ({critical / 1e6:,.2f}M, '
-                f'{source}): more GPUs, little speed-up. Reaching a given loss takes '
-                f'{d_factor:.1f}x the minimum data, and doubling the batch again would cut '
-                f'the steps only to {doubling:.0%}')
+            warnings.append(Message(
+                'guidance.above_critical', batch=f'{batch_tokens / 1e6:,.2f}',
+                ratio=f'{batch_tokens / critical:.1f}', critical=f'{critical / 1e6:,.2f}',
+                source=source, data=f'{d_factor:.1f}', steps=f'{doubling:.0%}'))
         elif batch_tokens < critical / 4:
-            notes.append(f'global batch is {critical / batch_tokens:.1f}x below the critical '
-                         'batch: more data-parallel GPUs would still speed training up almost '
-                         'linearly')
+            notes.append(Message('guidance.below_critical',
+                                 ratio=f'{critical / batch_tokens:.1f}'))
 
     rates = None
     if base_lr is not None and base_batch_samples is not None:
@@ -349,16 +346,16 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
                          'LRs stop paying off (McCandlish et al. 2018)')
 
     if efficiency_fraction is not None and efficiency_fraction < LOW_EFFICIENCY_FRACTION:
-        size = f' ({gemm_flops / 1e9:,.1f} GFLOP GEMMs per GPU)' if gemm_flops else ''
-        warnings.append(f'micro-batch {micro_batch}{size} reaches only '
-                        f'{efficiency_fraction:.0%} of the efficiency this GPU attains on large '
-                        'GEMMs: a larger micro-batch or less tensor parallelism would use it '
-                        'better')
+        fraction = f'{efficiency_fraction:.0%}'
+        warnings.append(
+            Message('guidance.low_efficiency_gemm', micro=micro_batch,
+                    gflop=f'{gemm_flops / 1e9:,.1f}', fraction=fraction) if gemm_flops
+            else Message('guidance.low_efficiency', micro=micro_batch, fraction=fraction))
     if grad_accum is not None and grad_accum > max(DEEP_ACCUMULATION, 4 * pp):
-        when = f' ({step_time_s:,.1f} s per step)' if step_time_s else ''
-        warnings.append(f'{grad_accum} micro-batches accumulated per step{when}: each '
-                        'optimizer step is slow; more data-parallel GPUs or a smaller global '
-                        'batch would give more updates per hour')
+        warnings.append(
+            Message('guidance.deep_accumulation_timed', accum=grad_accum,
+                    seconds=f'{step_time_s:,.1f}') if step_time_s
+            else Message('guidance.deep_accumulation', accum=grad_accum))
 
     if lora:
         notes.append(LORA_LR_NOTE)
