@@ -310,32 +310,12 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
         opt_batch, opt_lr = deepseek_optimal_batch_tokens(compute), deepseek_optimal_lr(compute)
         notes.append(Message('guidance.deepseek', compute=f'{compute:.2e}',
                              batch=f'{opt_batch / 1e6:,.2f}', lr=f'{opt_lr:.2e}'))
-    if b_noise_tokens is not None:
-        critical, source = b_noise_tokens, 'gradient noise scale given (--b-noise)'
-    elif opt_batch is not None:
-        critical, source = opt_batch, 'DeepSeek B_opt (no --b-noise given)'
-    else:
-        critical, source = None, 'unknown (give --b-noise or a data size)'
-
+    critical, source = _critical_batch(b_noise_tokens, opt_batch)
     s_factor = d_factor = None
     table: tuple[BatchPoint, ...] = ()
     if critical is not None:
-        s_factor, d_factor = steps_factor(batch_tokens, critical), data_factor(batch_tokens,
-                                                                                  critical)
-        table = tuple(BatchPoint(batch_tokens=batch_tokens * k,
-                                 relative_steps=steps_factor(batch_tokens * k, critical) / s_factor,
-                                 relative_tokens=data_factor(batch_tokens * k, critical) / d_factor)
-                      for k in (0.25, 0.5, 1.0, 2.0, 4.0))
-        if batch_tokens > ABOVE_CRITICAL_FACTOR * critical:
-            doubling = steps_factor(2 * batch_tokens, critical) / s_factor
-            warnings.append(Message(
-                'guidance.above_critical', batch=f'{batch_tokens / 1e6:,.2f}',
-                ratio=f'{batch_tokens / critical:.1f}', critical=f'{critical / 1e6:,.2f}',
-                source=source, data=f'{d_factor:.1f}', steps=f'{doubling:.0%}'))
-        elif batch_tokens < critical / 4:
-            notes.append(Message('guidance.below_critical',
-                                 ratio=f'{critical / batch_tokens:.1f}'))
-
+        s_factor, d_factor, table = _against_critical(batch_tokens, critical, source,
+                                                      warnings, notes)
     rates = None
     if base_lr is not None and base_batch_samples is not None:
         rates = scale_learning_rate(base_lr, base_batch_samples, global_batch_samples,
@@ -344,19 +324,8 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
         if critical is not None and batch_tokens > critical and rates.ratio > 1:
             notes.append('the scaling rules hold below the critical batch; above it larger '
                          'LRs stop paying off (McCandlish et al. 2018)')
-
-    if efficiency_fraction is not None and efficiency_fraction < LOW_EFFICIENCY_FRACTION:
-        fraction = f'{efficiency_fraction:.0%}'
-        warnings.append(
-            Message('guidance.low_efficiency_gemm', micro=micro_batch,
-                    gflop=f'{gemm_flops / 1e9:,.1f}', fraction=fraction) if gemm_flops
-            else Message('guidance.low_efficiency', micro=micro_batch, fraction=fraction))
-    if grad_accum is not None and grad_accum > max(DEEP_ACCUMULATION, 4 * pp):
-        warnings.append(
-            Message('guidance.deep_accumulation_timed', accum=grad_accum,
-                    seconds=f'{step_time_s:,.1f}') if step_time_s
-            else Message('guidance.deep_accumulation', accum=grad_accum))
-
+    warnings += _plan_warnings(micro_batch, grad_accum, pp, efficiency_fraction, gemm_flops,
+                               step_time_s)
     if lora:
         notes.append(LORA_LR_NOTE)
     total_steps = None if total_tokens is None else total_tokens / batch_tokens
@@ -369,3 +338,54 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
         critical_batch_tokens=critical, critical_batch_source=source, steps_factor=s_factor,
         data_factor=d_factor, batch_table=table, learning_rates=rates, warmup_steps=warmup,
         warmup_note=warmup_note, warnings=tuple(warnings), notes=tuple(notes))
+
+
+def _critical_batch(b_noise_tokens: float | None,
+                    deepseek_batch_tokens: float | None) -> tuple[float | None, str]:
+    """The critical batch in tokens, and where it comes from."""
+    if b_noise_tokens is not None:
+        return b_noise_tokens, 'gradient noise scale given (--b-noise)'
+    if deepseek_batch_tokens is not None:
+        return deepseek_batch_tokens, 'DeepSeek B_opt (no --b-noise given)'
+    return None, 'unknown (give --b-noise or a data size)'
+
+
+def _against_critical(batch_tokens: float, critical: float, source: str,
+                      warnings: list[str], notes: list[str]
+                      ) -> tuple[float, float, tuple[BatchPoint, ...]]:
+    """Steps and data factors of the batch, the table around it, and the warning or note
+    when it is far from the critical batch (appended to ``warnings`` / ``notes``)."""
+    s_factor, d_factor = steps_factor(batch_tokens, critical), data_factor(batch_tokens,
+                                                                              critical)
+    table = tuple(BatchPoint(batch_tokens=batch_tokens * k,
+                             relative_steps=steps_factor(batch_tokens * k, critical) / s_factor,
+                             relative_tokens=data_factor(batch_tokens * k, critical) / d_factor)
+                  for k in (0.25, 0.5, 1.0, 2.0, 4.0))
+    if batch_tokens > ABOVE_CRITICAL_FACTOR * critical:
+        doubling = steps_factor(2 * batch_tokens, critical) / s_factor
+        warnings.append(Message(
+            'guidance.above_critical', batch=f'{batch_tokens / 1e6:,.2f}',
+            ratio=f'{batch_tokens / critical:.1f}', critical=f'{critical / 1e6:,.2f}',
+            source=source, data=f'{d_factor:.1f}', steps=f'{doubling:.0%}'))
+    elif batch_tokens < critical / 4:
+        notes.append(Message('guidance.below_critical', ratio=f'{critical / batch_tokens:.1f}'))
+    return s_factor, d_factor, table
+
+
+def _plan_warnings(micro_batch: int | None, grad_accum: int | None, pp: int,
+                   efficiency_fraction: float | None, gemm_flops: float | None,
+                   step_time_s: float | None) -> list[str]:
+    """What the chosen layout wastes: small GEMMs, or slow steps from deep accumulation."""
+    warnings: list[str] = []
+    if efficiency_fraction is not None and efficiency_fraction < LOW_EFFICIENCY_FRACTION:
+        fraction = f'{efficiency_fraction:.0%}'
+        warnings.append(
+            Message('guidance.low_efficiency_gemm', micro=micro_batch,
+                    gflop=f'{gemm_flops / 1e9:,.1f}', fraction=fraction) if gemm_flops
+            else Message('guidance.low_efficiency', micro=micro_batch, fraction=fraction))
+    if grad_accum is not None and grad_accum > max(DEEP_ACCUMULATION, 4 * pp):
+        warnings.append(
+            Message('guidance.deep_accumulation_timed', accum=grad_accum,
+                    seconds=f'{step_time_s:,.1f}') if step_time_s
+            else Message('guidance.deep_accumulation', accum=grad_accum))
+    return warnings
