@@ -34,7 +34,8 @@ from benchmarks.memory_accuracy import SKIP_NOTE, LLMAnalysis, big_gpu, llm_anal
 from planner.hardware.catalog import find_gpu, find_interconnect
 from planner.memory.training import TrainingSetup
 from planner.models.spec import ModelSpec
-from planner.plans.search import LayoutLimits, PlanRequest, search
+from planner.plans.request import LayoutLimits, PlanRequest
+from planner.plans.search import search
 from planner.timing.step_time import LayoutArrays, step_time_arrays
 
 SEQ, VOCAB, A100_BF16_TFLOPS = 2048, 51200, 312.0

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from planner.hardware.devices import GpuSpec
     from planner.plans.guidance import Guidance
     from planner.plans.path import PlanAsk
-    from planner.plans.search import Candidate, PlanRequest, SearchResult
+    from planner.plans.request import PlanRequest
+    from planner.plans.result import Candidate, SearchResult
 
 EXIT_NO_PLAN = 1
 PLAN_SCHEMA = 'batchfit.plan-result/1'  # plan files are 'batchfit.plan/N'

@@ -11,7 +11,8 @@ from planner.errors import InputError
 from planner.hardware.catalog import find_gpu, find_interconnect
 from planner.models.presets import find_preset
 from planner.models.spec import ModelSpec
-from planner.plans.search import LayoutLimits, PlanRequest, search
+from planner.plans.request import LayoutLimits, PlanRequest
+from planner.plans.search import search
 from planner.timing.efficiency import (
     DEFAULT_CURVES,
     CalibrationProfile,
