@@ -63,6 +63,8 @@ class PlanInputs:
             frozen 16-bit or 4-bit NF4 base).
         lora_rank: the adapters' rank r (LoRA and QLoRA).
         lora_targets: ``attention`` (q, k, v, o) or ``all`` (every linear of a layer).
+        loop: ``keep-outputs`` or ``trainer`` (``planner/memory/model_outputs.py``).
+        loss: '' (the framework's), ``hf``, ``chunked`` or ``vocab-parallel``.
     """
 
     model: str = 'llama-3.1-8b'
@@ -89,6 +91,8 @@ class PlanInputs:
     tuning: str = 'full'
     lora_rank: int = 16
     lora_targets: str = 'attention'
+    loop: str = 'keep-outputs'
+    loss: str = ''
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -126,7 +130,7 @@ def plan_ask(inputs: PlanInputs, top_k: int = 100) -> PlanAsk:
         precision=inputs.precision, optimizer=inputs.optimizer,
         margin_fraction=inputs.margin_percent / 100.0,
         price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k,
-        lora=lora_spec(inputs), profile='auto',
+        lora=lora_spec(inputs), loop=inputs.loop, loss=inputs.loss, profile='auto',
         guidance=GuidanceInputs(base_lr=inputs.base_lr,
                                 base_batch_samples=inputs.base_batch_samples,
                                 b_noise_tokens=inputs.b_noise_tokens))

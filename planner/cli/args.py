@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, NoReturn
 
 from planner.defaults import DEFAULT_FRAMEWORK, DEFAULT_MARGIN_FRACTION, DEFAULT_PRECISION
 from planner.errors import InputError
-from planner.memory.training import ATTENTION_KINDS, FRAMEWORKS, LORA_TARGETS, LoraSpec
+from planner.memory.training import (
+    ATTENTION_KINDS,
+    FRAMEWORKS,
+    LOOPS,
+    LORA_TARGETS,
+    LOSSES,
+    LoraSpec,
+)
 from planner.units import parse_count, parse_positive
 
 if TYPE_CHECKING:
@@ -130,8 +137,14 @@ def add_memory_option_args(p: argparse.ArgumentParser) -> None:
     p.add_argument('--framework', choices=FRAMEWORKS, default=DEFAULT_FRAMEWORK,
                    help='whose kernels decide the saved tensors: hf (PyTorch eager, '
                         'transformers) or megatron (fused, Korthikanti accounting)')
-    p.add_argument('--loss', choices=('hf', 'megatron'), default='',
-                   help="loss implementation (default: the framework's)")
+    p.add_argument('--loss', choices=LOSSES[1:], default='',
+                   help="loss implementation (default: the framework's): hf (fp32 upcast of "
+                        "the logits), chunked (fused/chunked CE such as Liger's), "
+                        "vocab-parallel (Megatron's; also spelled megatron)")
+    p.add_argument('--loop', choices=LOOPS, default=LOOPS[0],
+                   help='training loop: keep-outputs (accelerate/plain loops hold the '
+                        'model output, its logits, through backward and the step; the '
+                        'default, more memory) or trainer (HF Trainer/TRL free it)')
     p.add_argument('--no-foreach', dest='foreach', action='store_false',
                    help="torch.optim's for-loop step (the CPU default) instead of foreach")
     p.add_argument('--lora-rank', type=positive_int('--lora-rank'),

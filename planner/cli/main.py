@@ -98,7 +98,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         offload=args.offload, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
         dp=world // per_replica, sequence_parallel=args.sequence_parallel,
         recompute=args.recompute, attention=args.attention, framework=args.framework,
-        loss=args.loss, lora=lora_from_args(args), foreach=args.foreach)
+        loss=args.loss, lora=lora_from_args(args), foreach=args.foreach, loop=args.loop)
     # A profile of this GPU replaces the default overheads with measured ones (the plan's
     # path, memory only).
     calibration = calibration_for(args.profile, args.gpu, args.model, step_time=False)

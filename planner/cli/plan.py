@@ -130,7 +130,8 @@ def ask_from_args(args: argparse.Namespace) -> PlanAsk:
         epochs=args.epochs, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
         inter_node=args.inter_node, zero_stages=args.zero, recompute_modes=args.recompute,
         precision=args.precision, optimizer=args.optimizer, attention=args.attention,
-        framework=args.framework, loss=args.loss, margin_fraction=args.margin,
+        framework=args.framework, loss=args.loss, loop=args.loop,
+        margin_fraction=args.margin,
         price_per_gpu_hour_usd=args.price, sort_by=args.sort, top_k=args.top, limits=limits,
         lora=lora, profile=args.profile,
         guidance=guidance_inputs_from_args(args, args.seq_len))

@@ -40,7 +40,7 @@ from planner.defaults import (
     DEFAULT_PRECISION,
 )
 from planner.errors import InputError
-from planner.memory.training import RECOMPUTE_MODES, LoraSpec
+from planner.memory.training import LOOPS, RECOMPUTE_MODES, LoraSpec
 from planner.plans.guidance import GuidanceInputs
 from planner.plans.request import LayoutLimits, PlanRequest
 
@@ -68,6 +68,7 @@ class PlanAsk:
         inter_node: catalog network key ('' or None: the GPU family's default).
         zero_stages, recompute_modes: what the search tries.
         precision, optimizer, attention, framework, loss: the recipe.
+        loop: what the training loop holds of the model output (``LOOPS``).
         margin_fraction: fraction of GPU memory kept free.
         price_per_gpu_hour_usd: None for the catalog price.
         sort_by: ``time``, ``cost``, ``gpus`` or ``headroom``.
@@ -96,6 +97,7 @@ class PlanAsk:
     attention: str = DEFAULT_ATTENTION
     framework: str = DEFAULT_FRAMEWORK
     loss: str = ''
+    loop: str = LOOPS[0]
     margin_fraction: float = DEFAULT_MARGIN_FRACTION
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
@@ -183,7 +185,8 @@ def build_request(ask: PlanAsk, calibration: CalibrationUse | None = None) -> Pl
         global_batch_tokens=ask.global_batch_tokens, length=length,
         zero_stages=tuple(ask.zero_stages), recompute_modes=tuple(ask.recompute_modes),
         precision=ask.precision, optimizer=ask.optimizer, attention=ask.attention,
-        framework=ask.framework, loss=ask.loss, margin_fraction=ask.margin_fraction,
+        framework=ask.framework, loss=ask.loss, loop=ask.loop,
+        margin_fraction=ask.margin_fraction,
         price_per_gpu_hour_usd=ask.price_per_gpu_hour_usd, sort_by=ask.sort_by,
         top_k=ask.top_k, limits=ask.limits, lora=ask.lora, **measured)
 
