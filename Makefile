@@ -1,7 +1,8 @@
 # Two commands on a fresh Linux machine with Python 3.10+:
 #   make run   - create .venv, install batchfit, open the desktop app on a worked example
-#   make test  - create .venv, install the test and launchers extras (CPU torch), run lint and
-#                the whole suite (tests/launchers feeds exports to the launchers' own parsers)
+#   make test  - create .venv, install the test and launchers extras (CPU torch), run ruff,
+#                the import contracts, mypy and the whole suite (tests/launchers feeds
+#                exports to the launchers' own parsers)
 # Packaging (packaging/README.md):
 #   make dist  - the frozen folder dist/batchfit/ and its .tar.gz (fails over 120 MB)
 #   make smoke - launch the frozen binaries offscreen: plan, screenshot, calibration hint
@@ -40,6 +41,8 @@ example: $(VENV)/.installed-run
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: $(VENV)/.installed-test
 	@command -v sbatch >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -47,6 +50,8 @@ test: $(VENV)/.installed-test
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-client >/dev/null; } \
 		|| echo 'make: sbatch not installed; the Slurm launcher check is skipped'
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
 
 # Benchmarks get their own environment: llm-analysis (the peer compared side by side) pins
@@ -89,7 +94,7 @@ $(DIST_VENV)/.installed: pyproject.toml
 	touch $@
 
 # Qt's xcb and wayland plugins need these; PyInstaller silently leaves out what the build
-# host lacks (STYLE.md §4), so install them when root and missing (Debian/Ubuntu names).
+# host lacks (Friture's .github/workflows/install-linux.sh warns of it), so install them when root and missing (Debian/Ubuntu names).
 DIST_HOST_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 \
 	libxcb-randr0 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 \
 	libfontconfig1 libdbus-1-3 libwayland-cursor0 libwayland-egl1
@@ -113,4 +118,5 @@ smoke:
 		&& echo --python-with-torch $(BIN)/python)
 
 clean:
-	rm -rf $(VENV) $(BENCH) $(DIST_VENV) build dist .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(BENCH) $(DIST_VENV) build dist .pytest_cache .ruff_cache .hypothesis \
+		.mypy_cache .import_linter_cache .grimp_cache

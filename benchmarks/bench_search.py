@@ -14,7 +14,8 @@ import time
 
 from planner.hardware.catalog import find_gpu, find_interconnect
 from planner.models.presets import find_preset
-from planner.plans.search import PlanRequest, search
+from planner.plans.request import PlanRequest
+from planner.plans.search import search
 from planner.timing.step_time import TrainingLength
 
 BUDGET_S = 1.0

@@ -12,7 +12,7 @@ For each model below it
    length with the planner's own step model and that profile
    (``planner.calibrate.fit.predict_step_time``: what ``batchfit plan`` computes);
 3. measures those steps on the full-depth model in this process, before and after the
-   calibration: min over 2 x ``--rounds`` interleaved rounds (CALIBRATION.md §6),
+   calibration: min over 2 x ``--rounds`` interleaved rounds (docs/calibration.md),
    single-threaded like the calibration;
 
 and prints a markdown table with the signed error of every prediction. The claim
@@ -66,7 +66,7 @@ CASES: tuple[Case, ...] = (
                    num_kv_heads=4, head_dim=16, ffn_size=256, vocab_size=512,
                    max_position_embeddings=256),
          seq_len=64, calibrate_micro_batch=2, predict=((1, 64), (8, 64), (2, 128))),
-    Case('test GPT L4 h256 a4 s128 V1024 (DOMAIN.md §13), eager',
+    Case('test GPT L4 h256 a4 s128 V1024 (tests/groundtruth), eager',
          ModelSpec(name='test-gpt', num_layers=4, hidden_size=256, num_heads=4,
                    num_kv_heads=4, head_dim=64, ffn_size=1024, vocab_size=1024,
                    gated_mlp=False, activation='gelu', tied_embeddings=True,

@@ -35,7 +35,8 @@ from planner.memory.peak import estimate
 from planner.memory.training import LoraSpec, TrainingSetup
 from planner.models.presets import find_preset
 from planner.models.spec import ModelSpec
-from planner.plans.search import PlanRequest, search
+from planner.plans.request import PlanRequest
+from planner.plans.search import search
 from planner.timing.step_time import (
     RECOMPUTE_MODES,
     LayoutArrays,

@@ -6,11 +6,12 @@ repository root (needs torch, from the ``test`` extra; the llm-analysis columns 
 with a note when it is not importable).
 
 For every case of ``tests/groundtruth/cases.py`` it prints the measured training peak
-(PyTorch ``MemTracker`` under ``FakeTensorMode``: exact live tensor bytes of a real
-model's two training steps, DOMAIN.md §13), batchfit's ``estimate(...).tensor_peak_bytes``
-and llm-analysis's estimate of the same configuration, each with its signed error, and
-the time one estimate takes (batchfit: ``estimate()`` averaged over ``--repeat`` calls;
-llm-analysis: constructing ``LLMAnalysis`` and calling ``training()``).
+(PyTorch's ``MemTracker``, torch/distributed/_tools/mem_tracker.py, under
+``FakeTensorMode``: exact live tensor bytes of a real model's two training steps),
+batchfit's ``estimate(...).tensor_peak_bytes`` and llm-analysis's estimate of the same
+configuration, each with its signed error, and the time one estimate takes (batchfit:
+``estimate()`` averaged over ``--repeat`` calls; llm-analysis: constructing ``LLMAnalysis``
+and calling ``training()``).
 
 How a case maps onto llm-analysis 0.2.2 (:func:`llm_analysis_run`):
 

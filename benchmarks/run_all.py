@@ -46,7 +46,7 @@ columns out with a note when it is missing).
 ## 1. Peak memory: MemTracker vs batchfit vs llm-analysis
 
 The reference is PyTorch's `MemTracker` under `FakeTensorMode` on the CPU: the exact live
-tensor bytes of two training steps of a real model (`tests/groundtruth`, DOMAIN.md §13),
+tensor bytes of two training steps of a real model (`tests/groundtruth`, MemTracker),
 the analogue of `torch.cuda.max_memory_allocated`. Both estimates are of tensor bytes only
 (batchfit's `tensor_peak_bytes`, without its CUDA context, workspace and allocator terms).
 How each case is mapped onto llm-analysis, and which of its fields is the peak, is in the
@@ -82,9 +82,9 @@ are small Hugging Face-style models, where the terms it leaves out weigh more th
   its saved log-softmax. It counts the logits once, in the activation dtype. The worst
   case (-48 %) is the one with the most activations per parameter.
 - It adds weights + gradients + optimizer state + activations as if all were live at once
-  (version 0.2.2 on PyPI; the GitHub version takes max(activations, gradients), DOMAIN.md
-  §12), and it adds a master-weight copy even to plain fp32 / bf16 PyTorch training.
-  Both over-count, but the missing terms above are larger.
+  (version 0.2.2 on PyPI; the GitHub version takes max(activations, gradients),
+  llm_analysis/analysis.py), and it adds a master-weight copy even to plain fp32 / bf16
+  PyTorch training. Both over-count, but the missing terms above are larger.
 
 **Time per estimate.** batchfit's single-configuration `estimate()` is slower than one
 llm-analysis `training()` call: it runs the vectorised code on 0-d numpy arrays, about

@@ -4,7 +4,7 @@ Run ``.venv/bin/python -m benchmarks.time_comparison [--json OUT]`` from the rep
 root (llm-analysis columns need ``.venv/bin/pip install llm-analysis``; skipped with a
 note when it is absent).
 
-Each row of the paper's Table 1 (DOMAIN.md §11 V3: GPT with V = 51200, s = 2048, f = 4h,
+Each row of the paper's Table 1 (GPT with V = 51200, s = 2048, f = 4h,
 A100-80GB, full recompute, no ZeRO) is planned as ``tests/planner/test_step_time.py``
 does: ``planner.plans.search`` at the paper's t, p, GPU count and global batch, eager attention,
 Megatron ``bf16-mixed``; the micro-batch and interleaving are the search's choice (the
@@ -34,7 +34,8 @@ from benchmarks.memory_accuracy import SKIP_NOTE, LLMAnalysis, big_gpu, llm_anal
 from planner.hardware.catalog import find_gpu, find_interconnect
 from planner.memory.training import TrainingSetup
 from planner.models.spec import ModelSpec
-from planner.plans.search import LayoutLimits, PlanRequest, search
+from planner.plans.request import LayoutLimits, PlanRequest
+from planner.plans.search import search
 from planner.timing.step_time import LayoutArrays, step_time_arrays
 
 SEQ, VOCAB, A100_BF16_TFLOPS = 2048, 51200, 312.0
@@ -97,7 +98,8 @@ def evaluate(row: tuple) -> dict:
            'batchfit_search_s_per_candidate': statistics.median(
                search(req).elapsed_s for _ in range(3)) / result.grid_size,
            'batchfit_step_time_s_per_config': seconds_per_call(lambda: step_time_arrays(
-               model, SEQ, gpu, link, one, precision='bf16-mixed', attention='eager'))}
+               model, SEQ, gpu, link, one, precision='bf16-mixed', attention='eager',
+               framework='megatron'))}
     if LLMAnalysis is not None:
         setup = TrainingSetup(seq_len=SEQ, micro_batch=best.micro_batch,
                               grad_accum=best.grad_accum, precision='bf16-mixed', tp=t, pp=p,

@@ -30,7 +30,8 @@ SPEC = ROOT / 'packaging' / 'batchfit.spec'
 SIZE_BUDGET_MB = 120.0
 MB = 1_000_000
 # Libraries Qt's xcb/wayland plugins load that PyInstaller silently leaves out when the
-# build host lacks them (STYLE.md §4); the Makefile installs their packages when root.
+# build host lacks them (the warning in Friture's
+# .github/workflows/install-linux.sh); the Makefile installs their packages when root.
 HOST_LIBRARIES = ('libxcb-cursor.so.0', 'libxcb-icccm.so.4', 'libxcb-keysyms.so.1',
                   'libxcb-image.so.0', 'libxcb-randr.so.0', 'libxcb-render-util.so.0',
                   'libxcb-shape.so.0', 'libxcb-xkb.so.1', 'libxkbcommon-x11.so.0',

@@ -1,7 +1,7 @@
 """Smoke test of the frozen folder: the binaries start, plan, render, and exit 0.
 
-``make smoke`` runs it after ``make dist`` (Friture's scripts/smoke_test.py pattern,
-STYLE.md §1.6)::
+``make smoke`` runs it after ``make dist`` (the pattern of Friture's
+scripts/smoke_test.py, github.com/tlecomte/friture)::
 
     python packaging/smoke_test.py [dist/batchfit] [--python-with-torch PATH]
 

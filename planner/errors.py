@@ -13,11 +13,13 @@ class InputError(ValueError):
 
     Attributes:
         field: the input's name as the user sees it (``--seq-len``, ``tp``...).
+        message: what is wrong with it.
         allowed: what would be accepted, in words.
     """
 
     def __init__(self, field: str, message: str, allowed: str | None = None) -> None:
         self.field = field
+        self.message = message
         self.allowed = allowed
         text = f'{field}: {message}'
         if allowed:

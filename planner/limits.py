@@ -261,15 +261,15 @@ def parse_global_batch(text: str) -> tuple[int, str]:
     cleaned = text.strip().replace('_', '').replace(',', '').lower()
     match = _BATCH_RE.fullmatch(cleaned) if cleaned else None
     if match is None or not cleaned.isascii():
-        return parse('global_batch', text), 'sequences'  # raises with the right reason
+        return int(parse('global_batch', text)), 'sequences'  # raises with the right reason
     number, suffix, unit = match[1], match[2] or '', match[3]
     if unit is None:
         if suffix:
             raise LimitError('global_batch', AMBIGUOUS, text.strip())
-        return parse('global_batch', text), 'sequences'
+        return int(parse('global_batch', text)), 'sequences'
     kind = _UNIT_WORDS[unit]
     key = 'global_batch_tokens' if kind == 'tokens' else 'global_batch'
-    return parse(key, number + suffix), kind
+    return int(parse(key, number + suffix)), kind
 
 
 # ---- figures that leave the core ----------------------------------------------------------

@@ -17,6 +17,7 @@ import platformdirs
 from planner.errors import InputError
 
 APP_NAME = 'batchfit'
+ORG_NAME = 'batchfit'  # ui.ORG_NAME: QSettings' folder and platformdirs' author
 USER_TOML = 'user.toml'
 
 
@@ -30,6 +31,11 @@ def data_dir() -> Path:
     """Folder for calibration profiles and other data batchfit writes."""
     override = os.environ.get('BATCHFIT_DATA_DIR')
     return Path(override) if override else Path(platformdirs.user_data_dir(APP_NAME))
+
+
+def log_dir() -> Path:
+    """Folder of the GUI's rotating log (``platformdirs.user_log_dir``)."""
+    return Path(platformdirs.user_log_dir(APP_NAME, ORG_NAME))
 
 
 def user_toml_path() -> Path:

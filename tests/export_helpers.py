@@ -19,7 +19,8 @@ from planner.hardware.catalog import find_gpu, find_interconnect
 from planner.memory.training import LoraSpec
 from planner.models.presets import find_preset
 from planner.planfile.document import GuidanceInputs, PlanFile, plan_file_from_search
-from planner.plans.search import LayoutLimits, PlanRequest, search
+from planner.plans.request import LayoutLimits, PlanRequest
+from planner.plans.search import search
 from planner.timing.step_time import TrainingLength
 
 STUBS = ('torchrun', 'accelerate', 'srun', 'python', 'llamafactory-cli')

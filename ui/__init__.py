@@ -1,7 +1,7 @@
 """batchfit's desktop app (PySide6 + pyqtgraph) on top of the Qt-free ``planner`` core.
 
 PySide6 is imported before pyqtgraph so that pyqtgraph binds to it, never to a stray
-PyQt6 (STYLE.md §1.3.4).
+PyQt6 (pyqtgraph/Qt/__init__.py tries PyQt6 first).
 """
 
 from __future__ import annotations

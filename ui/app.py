@@ -28,7 +28,7 @@ SCREENSHOT_TIMEOUT_MS = 30_000
 
 def log_dir() -> Path:
     """Where the GUI writes its log (``batchfit paths`` prints it too)."""
-    from planner.cli.paths import log_dir as planner_log_dir
+    from planner.user_config import log_dir as planner_log_dir
 
     return planner_log_dir()
 
@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         window.resize(w, h)
         window.show()
         code = take_screenshot(window, args.screenshot, app)
-        window._saved_inputs = window.inputs.read_inputs()[0]  # no prompt on the way out
+        # no prompt on the way out
+        window._saved_inputs = window.inputs.read_inputs()[0] or window._saved_inputs
         window.shutdown(remember=False)
         window.close()
         dispose(window)

@@ -11,13 +11,16 @@ Two kinds:
   recompute modes, precision and optimizer descriptions, exporter summaries, calibration
   stages, fixed guidance notes). tests/ui/test_i18n.py checks that every label the core
   defines is here, so a new core label without a translation fails CI.
-* :data:`SENTENCES`: templates of sentences the core builds with numbers in them
-  (guidance warnings and notes, NVML start-up failures, calibration progress). Each
-  ``{name}`` field matches any text; a matching sentence is rebuilt from the translated
-  template with its fields (themselves passed through :func:`core_text`, so a nested
-  fixed term is translated too). The templates are copies of the core's f-strings; the
-  test feeds real core output through them, so a reworded core sentence fails CI instead
-  of silently showing English.
+* :data:`MESSAGE_TEMPLATES`: the templates of sentences the core builds with values in
+  them (guidance warnings and notes, NVML start-up failures, a calibration time-out), by
+  message id. The core hands them over as :class:`planner.messages.Message`: the English
+  text plus the id and the formatted values, so the app translates the template by id
+  and fills in the values (themselves passed through :func:`core_text`, so a nested
+  fixed term is translated too). tests/ui/test_i18n.py checks these copies against
+  ``planner.messages.MESSAGES``.
+* :data:`PLAIN_SENTENCES`: the calibration child's progress sentences, which arrive as
+  plain text over JSON lines. Only these are recognised by their English text (each
+  ``{name}`` field matches any text; :func:`match_sentence`).
 
 Not here on purpose: :class:`planner.errors.InputError` messages and other free-form
 error texts (file paths, exception texts, exporter notes). They stay English: they are
@@ -29,9 +32,8 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP
-
-from ui.i18n import translate
+from planner.messages import Message
+from ui.i18n import QT_TRANSLATE_NOOP, translate
 
 CONTEXT = 'Core'
 
@@ -141,56 +143,75 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'calibration cancelled'),
 )
 
-# Longer or more specific templates first: the first full match wins.
-SENTENCES: tuple[str, ...] = (
+# The core's message templates by id (planner.messages.MESSAGES, copied here so lupdate
+# extracts them; tests/ui/test_i18n.py checks the two agree). A core Message carries its
+# id and arguments: it is translated by id, never by matching its English text.
+MESSAGE_TEMPLATES: dict[str, str] = {
     # planner.plans.guidance.advise warnings
-    QT_TRANSLATE_NOOP('Core', 'global batch {batch}M tokens is {ratio}x the critical batch '
-                              '({critical}M, {source}): more GPUs, little speed-up. Reaching a '
-                              'given loss takes {data}x the minimum data, and doubling the '
-                              'batch again would cut the steps only to {steps}'),
-    QT_TRANSLATE_NOOP('Core', 'micro-batch {micro} ({gflop} GFLOP GEMMs per GPU) reaches only '
-                              '{fraction} of the efficiency this GPU attains on large GEMMs: a '
-                              'larger micro-batch or less tensor parallelism would use it '
-                              'better'),
-    QT_TRANSLATE_NOOP('Core', 'micro-batch {micro} reaches only {fraction} of the efficiency '
-                              'this GPU attains on large GEMMs: a larger micro-batch or less '
-                              'tensor parallelism would use it better'),
-    QT_TRANSLATE_NOOP('Core', '{accum} micro-batches accumulated per step ({seconds} s per '
-                              'step): each optimizer step is slow; more data-parallel GPUs or a '
-                              'smaller global batch would give more updates per hour'),
-    QT_TRANSLATE_NOOP('Core', '{accum} micro-batches accumulated per step: each optimizer step '
-                              'is slow; more data-parallel GPUs or a smaller global batch would '
-                              'give more updates per hour'),
+    'guidance.above_critical': QT_TRANSLATE_NOOP(
+        'Core', 'global batch {batch}M tokens is {ratio}x the critical batch ({critical}M, '
+                '{source}): more GPUs, little speed-up. Reaching a given loss takes {data}x '
+                'the minimum data, and doubling the batch again would cut the steps only to '
+                '{steps}'),
+    'guidance.low_efficiency_gemm': QT_TRANSLATE_NOOP(
+        'Core', 'micro-batch {micro} ({gflop} GFLOP GEMMs per GPU) reaches only {fraction} of '
+                'the efficiency this GPU attains on large GEMMs: a larger micro-batch or less '
+                'tensor parallelism would use it better'),
+    'guidance.low_efficiency': QT_TRANSLATE_NOOP(
+        'Core', 'micro-batch {micro} reaches only {fraction} of the efficiency this GPU '
+                'attains on large GEMMs: a larger micro-batch or less tensor parallelism '
+                'would use it better'),
+    'guidance.deep_accumulation_timed': QT_TRANSLATE_NOOP(
+        'Core', '{accum} micro-batches accumulated per step ({seconds} s per step): each '
+                'optimizer step is slow; more data-parallel GPUs or a smaller global batch '
+                'would give more updates per hour'),
+    'guidance.deep_accumulation': QT_TRANSLATE_NOOP(
+        'Core', '{accum} micro-batches accumulated per step: each optimizer step is slow; '
+                'more data-parallel GPUs or a smaller global batch would give more updates '
+                'per hour'),
     # planner.plans.guidance.advise notes and the warmup note
-    QT_TRANSLATE_NOOP('Core', 'DeepSeek scaling law at C = {compute} FLOPs: B_opt ~ {batch}M '
-                              'tokens, LR_opt ~ {lr} (AdamW, fitted on their data; a starting '
-                              'point, not a guarantee)'),
-    QT_TRANSLATE_NOOP('Core', 'global batch is {ratio}x below the critical batch: more '
-                              'data-parallel GPUs would still speed training up almost '
-                              'linearly'),
-    QT_TRANSLATE_NOOP('Core', '{note}; capped at 10 % of the run'),
-    QT_TRANSLATE_NOOP('Core', 'the reference warmup ({steps} steps of {tokens} tokens) kept in '
-                              'tokens'),
+    'guidance.deepseek': QT_TRANSLATE_NOOP(
+        'Core', 'DeepSeek scaling law at C = {compute} FLOPs: B_opt ~ {batch}M tokens, '
+                'LR_opt ~ {lr} (AdamW, fitted on their data; a starting point, not a '
+                'guarantee)'),
+    'guidance.below_critical': QT_TRANSLATE_NOOP(
+        'Core', 'global batch is {ratio}x below the critical batch: more data-parallel GPUs '
+                'would still speed training up almost linearly'),
+    'guidance.warmup_capped': QT_TRANSLATE_NOOP('Core', '{note}; capped at 10 % of the run'),
+    'guidance.warmup_reference': QT_TRANSLATE_NOOP(
+        'Core', 'the reference warmup ({steps} steps of {tokens} tokens) kept in tokens'),
     # planner.hardware.local.nvml start-up failures (GpuPanel shows them when there is no GPU)
-    QT_TRANSLATE_NOOP('Core', 'no NVIDIA driver found (libnvidia-ml.so): this machine has no '
-                              'NVIDIA GPU or the driver is not installed; {fallback}'),
-    QT_TRANSLATE_NOOP('Core', 'the NVIDIA driver is installed but its kernel module is not '
-                              'loaded (NVML: Driver Not Loaded): run sudo modprobe nvidia or '
-                              'reboot; {fallback}'),
-    QT_TRANSLATE_NOOP('Core', 'the NVIDIA driver library and the loaded kernel module are '
-                              'different versions, usually after a driver upgrade without a '
-                              'reboot: reboot, or reload the nvidia kernel modules; '
-                              '{fallback}'),
-    QT_TRANSLATE_NOOP('Core', 'no permission to open the NVIDIA devices (/dev/nvidia*): add '
-                              'your user to the group that owns them, or in a container pass '
-                              'the GPUs in (docker run --gpus all); {fallback}'),
-    QT_TRANSLATE_NOOP('Core', 'NVML failed to start ({reason}): nvidia-smi shows whether the '
-                              'driver works; {fallback}'),
-    QT_TRANSLATE_NOOP('Core', 'the NVIDIA driver {driver} is loaded but lists no GPUs '
-                              '(nvidia-smi -L lists what it sees; a container needs --gpus); '
-                              '{fallback}'),
-    # planner.calibrate progress and outcome
-    QT_TRANSLATE_NOOP('Core', 'calibration timed out after {seconds} s and was stopped'),
+    'nvml.no_driver': QT_TRANSLATE_NOOP(
+        'Core', 'no NVIDIA driver found (libnvidia-ml.so): this machine has no NVIDIA GPU or '
+                'the driver is not installed; {fallback}'),
+    'nvml.driver_not_loaded': QT_TRANSLATE_NOOP(
+        'Core', 'the NVIDIA driver is installed but its kernel module is not loaded (NVML: '
+                'Driver Not Loaded): run sudo modprobe nvidia or reboot; {fallback}'),
+    'nvml.version_mismatch': QT_TRANSLATE_NOOP(
+        'Core', 'the NVIDIA driver library and the loaded kernel module are different '
+                'versions, usually after a driver upgrade without a reboot: reboot, or reload '
+                'the nvidia kernel modules; {fallback}'),
+    'nvml.no_permission': QT_TRANSLATE_NOOP(
+        'Core', 'no permission to open the NVIDIA devices (/dev/nvidia*): add your user to '
+                'the group that owns them, or in a container pass the GPUs in (docker run '
+                '--gpus all); {fallback}'),
+    'nvml.failed': QT_TRANSLATE_NOOP(
+        'Core', 'NVML failed to start ({reason}): nvidia-smi shows whether the driver works; '
+                '{fallback}'),
+    'nvml.no_gpus': QT_TRANSLATE_NOOP(
+        'Core', 'the NVIDIA driver {driver} is loaded but lists no GPUs (nvidia-smi -L lists '
+                'what it sees; a container needs --gpus); {fallback}'),
+    # planner.calibrate.runner: the outcome of a run
+    'calibrate.timed_out': QT_TRANSLATE_NOOP(
+        'Core', 'calibration timed out after {seconds} s and was stopped'),
+}
+
+# Sentences that reach the app as plain text, without an id: the calibration child's
+# progress, which crosses a process boundary as JSON lines. Each {name} field matches any
+# text. With the message templates they are every sentence template (SENTENCES); longer
+# or more specific templates first, as the first full match wins.
+PLAIN_SENTENCES: tuple[str, ...] = (
+    # planner.calibrate progress (written by the child)
     QT_TRANSLATE_NOOP('Core', '{layers}-layer proxy: memory at micro-batch {micro}'),
     QT_TRANSLATE_NOOP('Core', '{layers}-layer proxy: timing'),
     QT_TRANSLATE_NOOP('Core', 'probing micro-batch {micro}'),
@@ -199,6 +220,7 @@ SENTENCES: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', '{gemm} at {tokens} tokens'),
     QT_TRANSLATE_NOOP('Core', '{device}: starting'),
 )
+SENTENCES: tuple[str, ...] = (*MESSAGE_TEMPLATES.values(), *PLAIN_SENTENCES)
 
 _TERM_SET = frozenset(TERMS)
 _FIELD = re.compile(r'\{(\w+)\}')
@@ -225,6 +247,27 @@ def match_sentence(text: str) -> tuple[str, dict[str, str]] | None:
     return None
 
 
+def _message_text(message: Message) -> str:
+    """A core :class:`~planner.messages.Message`, translated by its id."""
+    template = MESSAGE_TEMPLATES.get(message.id)
+    if template is None:
+        return message
+    translated = translate(CONTEXT, template)
+    if translated == template:
+        return message
+    try:
+        return translated.format(**{k: _argument_text(v) for k, v in message.args.items()})
+    except (KeyError, IndexError, ValueError):  # a broken translation: keep the original
+        return message
+
+
+def _argument_text(value: str) -> str:
+    """A message's argument: a nested message or a fixed term translated, else as it is."""
+    if isinstance(value, Message):
+        return _message_text(value)
+    return translate(CONTEXT, value) if value in _TERM_SET else value
+
+
 def core_text(text: str) -> str:
     """``text`` from the core in the UI language; unknown texts come back unchanged.
 
@@ -234,6 +277,8 @@ def core_text(text: str) -> str:
     """
     if not text:
         return text
+    if isinstance(text, Message):
+        return _message_text(text)
     if text in _TERM_SET:
         return translate(CONTEXT, text)
     found = match_sentence(text)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, QByteArray, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -35,11 +35,13 @@ from PySide6.QtWidgets import (
 
 from planner.errors import InputError
 from planner.plans.micro_batch_sweep import micro_batch_sweep
+from planner.units import DAY
 from ui import settings as app_settings
 from ui.controllers.hardware_controller import HardwareController
 from ui.controllers.plan_controller import PlanController
 from ui.controllers.staged_update import StagedUpdate
 from ui.i18n import (
+    QT_TRANSLATE_NOOP,
     current_language,
     language_choices,
     resolve_language,
@@ -59,11 +61,11 @@ from ui.widgets.input_panel import InputPanel
 from ui.widgets.results_view import ResultsView
 
 if TYPE_CHECKING:
+    from planner.plans.guidance import Guidance
     from planner.plans.result import Candidate
     from ui.plan_compute import PlanOutcome
 
 log = logging.getLogger(__name__)
-DAY = 86_400.0
 BUSY_DELAY_MS = 300
 FIRST_PLAN_LOG = 'first plan on screen'  # logged once; benchmarks/bench_gui.py times it
 PLAN_FILTER = QT_TRANSLATE_NOOP('MainWindow', 'batchfit plan (*.json);;All files (*)')
@@ -95,7 +97,7 @@ class MainWindow(QMainWindow):
         self.outcome: PlanOutcome | None = None
         self.shown_outcome: PlanOutcome | None = None  # the last one plan_shown announced
         self._stages = StagedUpdate(self)
-        self._guidance = None  # of the selected row
+        self._guidance: Guidance | None = None  # of the selected row
         self._pending_choice = None  # the row an opened plan file chose
         self.path: str | None = None
         self._saved_inputs: PlanInputs = PlanInputs()

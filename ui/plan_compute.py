@@ -1,4 +1,5 @@
-"""The recompute behind the window, as pure Qt-free functions (Orange's ``run``, §1.4.3).
+"""The recompute behind the window, as pure Qt-free functions (as Orange3's
+``run`` functions, e.g. Orange/widgets/data/owoutliers.py).
 
 :func:`compute_plan` runs in a worker thread: the search, the candidates for the
 table, the best time-to-train at each GPU count and a sweep of the global batch. What a
@@ -16,11 +17,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ui.plan_inputs import PlanInputs, build_request
+from ui.plan_inputs import PlanInputs, plan_ask
 
 if TYPE_CHECKING:
+    from planner.calibrate.apply import CalibrationUse
     from planner.plans.guidance import Guidance
     from planner.plans.no_plan import NoPlanExplanation
+    from planner.plans.path import PlanAsk
     from planner.plans.request import PlanRequest
     from planner.plans.result import Candidate, SearchResult
 
@@ -50,6 +53,8 @@ class PlanOutcome:
         elapsed_s: wall time of the whole recompute.
         explanation: why there is no plan (``planner.plans.no_plan``; the CLI's words),
             computed in the worker; None with a plan.
+        ask: what the core was asked (the guidance inputs included).
+        calibration: what the calibration profile gave (None without one).
     """
 
     inputs: PlanInputs
@@ -60,6 +65,8 @@ class PlanOutcome:
     by_batch: SeriesXY
     elapsed_s: float
     explanation: NoPlanExplanation | None = None
+    ask: PlanAsk | None = None
+    calibration: CalibrationUse | None = None
 
 
 def compute_plan(inputs: PlanInputs, should_stop: Callable[[], bool] | None = None
@@ -83,10 +90,13 @@ def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = No
         InputError: a bad input (names the field).
         SearchCancelled: ``should_stop()`` became true.
     """
+    from planner.plans.path import ask_calibration, build_request
     from planner.plans.search import search
 
     started = time.perf_counter()
-    request = build_request(inputs, top_k=TABLE_ROWS)
+    ask = plan_ask(inputs, top_k=TABLE_ROWS)
+    calibration = ask_calibration(ask)
+    request = build_request(ask, calibration)
     result = search(request, should_stop=should_stop)
     candidates = tuple(result.top(TABLE_ROWS)) if result.fitting else ()
     explanation = None
@@ -97,7 +107,8 @@ def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = No
     return PlanOutcome(inputs=inputs, request=request, result=result, candidates=candidates,
                        by_gpus=best_by_gpus(result),
                        by_batch=SeriesXY(np.zeros(0), np.zeros(0)),
-                       elapsed_s=time.perf_counter() - started, explanation=explanation)
+                       elapsed_s=time.perf_counter() - started, explanation=explanation,
+                       ask=ask, calibration=calibration)
 
 
 def batch_sweep(outcome: PlanOutcome, should_stop: Callable[[], bool] | None = None
@@ -147,25 +158,14 @@ def best_by_gpus(result: SearchResult) -> SeriesXY:
 
 
 def guidance_for(outcome: PlanOutcome, c: Candidate | None) -> Guidance:
-    """Batch and learning-rate guidance for candidate ``c`` (or the target batch alone)."""
-    from planner.plans.guidance import advise
-    from planner.timing.efficiency import attainable_fraction
+    """Batch and learning-rate guidance for candidate ``c`` (or the target batch alone).
 
-    req, inputs = outcome.request, outcome.inputs
-    batch = c.global_batch if c is not None else max(1, round(outcome.result.target_batch_samples))
-    fraction = None
-    if c is not None and req.calibration is None:
-        fraction = attainable_fraction(c.efficiency, req.gpu.family, c.framework)
-    return advise(req.model, req.seq_len, batch,
-                  total_tokens=None if req.length is None else req.length.total_tokens(
-                      req.seq_len),
-                  optimizer=req.optimizer, base_lr=inputs.base_lr,
-                  base_batch_samples=inputs.base_batch_samples,
-                  b_noise_tokens=inputs.b_noise_tokens,
-                  micro_batch=c.micro_batch if c else None,
-                  grad_accum=c.grad_accum if c else None, pp=c.pp if c else 1,
-                  efficiency_fraction=fraction,
-                  step_time_s=c.step_time_s if c else None)
+    The core's :func:`planner.plans.path.guidance_for`, as the CLI and plan files use it.
+    """
+    from planner.plans.path import guidance_for as core_guidance_for
+
+    ask = outcome.ask if outcome.ask is not None else plan_ask(outcome.inputs)
+    return core_guidance_for(outcome.request, outcome.result, c, ask.guidance)
 
 
 def memory_estimate_for(outcome: PlanOutcome, c: Candidate):

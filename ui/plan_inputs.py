@@ -1,8 +1,9 @@
 """What the user typed, as one frozen Qt-free record, and the request it makes.
 
-:class:`PlanInputs` holds every input of the window with units in the field names
-(STYLE.md §1.5). :func:`build_request` turns it into a validated
-:class:`planner.plans.request.PlanRequest`; every bad value raises the core's
+:class:`PlanInputs` holds every input of the window with units in the field names.
+:func:`plan_ask` turns it into the core's :class:`planner.plans.path.PlanAsk`; the core
+(:mod:`planner.plans.path`) turns that into a validated request by the same path the
+command line takes (calibration profile included); every bad value raises the core's
 :class:`~planner.errors.InputError`, whose ``field`` (``--seq-len``...) names the
 widget to mark red. :func:`inputs_to_dict` / :func:`inputs_from_dict` give the session
 state kept in QSettings between runs (``batchfit.session/1``); files the user saves are
@@ -15,11 +16,12 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from planner.defaults import DEFAULT_MARGIN_FRACTION, DEFAULT_OPTIMIZER
 from planner.errors import InputError
 
 if TYPE_CHECKING:
     from planner.memory.training import LoraSpec
-    from planner.plans.request import PlanRequest
+    from planner.plans.path import PlanAsk
 
 SESSION_SCHEMA = 'batchfit.session/1'
 BATCH_UNITS: tuple[str, ...] = ('samples', 'tokens')
@@ -29,7 +31,6 @@ LORA_TARGETS: dict[str, tuple[str, ...]] = {
     'attention': ('q', 'k', 'v', 'o'),
     'all': ('q', 'k', 'v', 'o', 'gate', 'up', 'down'),
 }
-LENGTH_KINDS: tuple[str, ...] = ('tokens', 'samples')
 
 
 @dataclass(frozen=True)
@@ -78,11 +79,11 @@ class PlanInputs:
     nodes: int = 1
     gpus_per_node: int = 8
     inter_node: str = ''
-    precision: str = 'amp-bf16'
-    optimizer: str = 'adamw'
+    precision: str = ''  # each stack's own recipe
+    optimizer: str = DEFAULT_OPTIMIZER
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = ('none', 'selective', 'full')
-    margin_percent: float = 5.0
+    margin_percent: float = DEFAULT_MARGIN_FRACTION * 100
     price_per_gpu_hour_usd: float | None = None
     base_lr: float | None = None
     base_batch_samples: float | None = None
@@ -97,53 +98,42 @@ class PlanInputs:
         """A copy with some fields replaced."""
         return replace(self, **changes)
 
-    @property
-    def global_batch_samples(self) -> float:
-        """The target batch in sequences (fractional when tokens do not divide)."""
-        if self.batch_unit == 'tokens':
-            return self.batch_value / self.seq_len
-        return float(self.batch_value)
 
+def plan_ask(inputs: PlanInputs, top_k: int = 100) -> PlanAsk:
+    """The window's fields as the core's :class:`~planner.plans.path.PlanAsk`.
 
-def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
-    """The validated plan request ``inputs`` describe.
+    The app plans with the newest calibration profile of the GPU, as the command line
+    does (``profile='auto'``).
 
     Raises:
-        InputError: naming the field (``--model``, ``--seq-len``, ``--gpu``...).
+        InputError: naming the field (``--global-batch``, ``--margin``, ``--lora-rank``...).
     """
-    from planner.hardware.catalog import find_gpu, inter_node_link
-    from planner.models.source import resolve_model
-    from planner.plans.request import PlanRequest
-    from planner.timing.step_time import TrainingLength
+    from planner.plans.guidance import GuidanceInputs
+    from planner.plans.path import PlanAsk
 
-    model = resolve_model(inputs.model)
-    gpu = find_gpu(inputs.gpu)
-    link = inter_node_link(gpu, inputs.nodes, inputs.inter_node)
-    if inputs.length_kind == 'samples':
-        length = TrainingLength(samples=inputs.length_samples, epochs=inputs.length_epochs)
-    else:
-        length = TrainingLength(tokens=inputs.length_tokens)
     if inputs.batch_unit not in BATCH_UNITS:
         raise InputError('--global-batch', f'unknown unit {inputs.batch_unit!r}',
                          ', '.join(BATCH_UNITS))
     tokens = inputs.batch_unit == 'tokens'
     if not 0 <= inputs.margin_percent < 100:
         raise InputError('--margin', f'must be in [0, 100) percent, got {inputs.margin_percent}')
-    if inputs.b_noise_tokens is not None and not inputs.b_noise_tokens > 0:
-        raise InputError('--b-noise', f'must be positive, got {inputs.b_noise_tokens!r}')
-    if (inputs.base_lr is None) != (inputs.base_batch_samples is None):
-        raise InputError('--base-lr', 'give the base LR and the base batch together')
-    lora = lora_spec(inputs)
-    return PlanRequest(
-        model=model, seq_len=inputs.seq_len, gpu=gpu, max_nodes=inputs.nodes,
-        gpus_per_node=inputs.gpus_per_node, inter_node=link,
+    by_samples = inputs.length_kind == 'samples'
+    return PlanAsk(
+        model=inputs.model, seq_len=inputs.seq_len, gpu=inputs.gpu,
         global_batch=None if tokens else inputs.batch_value,
-        global_batch_tokens=inputs.batch_value if tokens else None, length=length,
+        global_batch_tokens=inputs.batch_value if tokens else None,
+        tokens=None if by_samples else inputs.length_tokens,
+        samples=inputs.length_samples if by_samples else None,
+        epochs=inputs.length_epochs if by_samples else None, nodes=inputs.nodes,
+        gpus_per_node=inputs.gpus_per_node, inter_node=inputs.inter_node,
         zero_stages=tuple(inputs.zero_stages), recompute_modes=tuple(inputs.recompute_modes),
         precision=inputs.precision, optimizer=inputs.optimizer,
         margin_fraction=inputs.margin_percent / 100.0,
-        price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k, lora=lora,
-        loop=inputs.loop, loss=inputs.loss)
+        price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k,
+        lora=lora_spec(inputs), loop=inputs.loop, loss=inputs.loss, profile='auto',
+        guidance=GuidanceInputs(base_lr=inputs.base_lr,
+                                base_batch_samples=inputs.base_batch_samples,
+                                b_noise_tokens=inputs.b_noise_tokens))
 
 
 def lora_spec(inputs: PlanInputs) -> LoraSpec | None:

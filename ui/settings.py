@@ -35,7 +35,7 @@ def recent_files() -> list[str]:
     value = settings().value('recent_files', [])
     if isinstance(value, str):
         value = [value]
-    return [str(v) for v in value or []]
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
 
 
 def add_recent_file(path: str) -> list[str]:

@@ -39,6 +39,7 @@ from planner.calibrate.protocol import (
     error_event,
     result_event,
 )
+from planner.defaults import DEFAULT_PRECISION
 
 TEST_HANG_ENV = 'BATCHFIT_CALIBRATE_TEST_HANG'
 
@@ -62,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument('--model', help='preset, size or config.json path')
     model.add_argument('--model-json', help='ModelSpec fields as JSON')
     p.add_argument('--seq-len', type=int)
-    p.add_argument('--precision', default='amp-bf16')
+    p.add_argument('--precision', default=DEFAULT_PRECISION)
     p.add_argument('--attention', choices=('flash', 'eager'), default='flash')
     p.add_argument('--micro-batches', default='', help='comma-separated, e.g. 1,2,4')
     p.add_argument('--repeats', type=int, help='timed rounds (default 10 on CPU, 5 on CUDA)')
@@ -154,9 +155,9 @@ def _run(args: argparse.Namespace, out: EventWriter) -> int:
 
 def _settings(args: argparse.Namespace) -> Any:
     """The pipeline's settings from the arguments (raises InputError when invalid)."""
-    from planner.calibrate.pipeline import Settings
     from planner.calibrate.proxy import PROXY_PRECISIONS
     from planner.calibrate.records import model_spec_from_dict
+    from planner.calibrate.settings import Settings
     from planner.errors import InputError
 
     if args.model_json:

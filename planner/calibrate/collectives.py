@@ -1,4 +1,6 @@
-"""Optional step 5: all-reduce bandwidth with torch.distributed (CALIBRATION.md §10).
+"""Optional step 5: all-reduce bandwidth with torch.distributed.
+
+Bandwidths as nccl-tests defines them (doc/PERFORMANCE.md: algbw and busbw).
 
 :func:`sweep` (in the calibration child) starts ``world_size`` fresh processes,
 ``python -m planner.calibrate.collectives --rank R ...``: NCCL, one per GPU, when two
@@ -83,7 +85,8 @@ def sweep(device: str, gpus: int, max_bytes: int | None, python: str,
         algbw, busbw = bus_bandwidth(size, t, world)
         points.append({'size_bytes': size, 'time_s': t, 'algbw_bytes_per_s': algbw,
                        'busbw_bytes_per_s': busbw})
-    # Startup skew inflates the first size (CALIBRATION.md §10): fit without it.
+    # Startup skew inflates the first size (the first collective also initialises the
+    # communicator): fit without it.
     fit_points = points[1:] if len(points) > 2 else points
     try:
         alpha, beta = fit_latency_bandwidth([p['size_bytes'] for p in fit_points],
@@ -107,8 +110,10 @@ def _rank_main(backend: str, rank: int, world: int, sizes: Sequence[int]) -> dic
         torch.cuda.set_device(device)
         free, total = torch.cuda.mem_get_info()
         used_before = total - free
-    extra = {'device_id': device} if cuda else {}  # binds NCCL to this rank's GPU
-    dist.init_process_group(backend, rank=rank, world_size=world, **extra)
+    if cuda:  # device_id binds NCCL to this rank's GPU
+        dist.init_process_group(backend, rank=rank, world_size=world, device_id=device)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world)
     times = []
     nccl_memory = None
     for i, size in enumerate(sizes):

@@ -5,7 +5,7 @@ micro-batch that fits the device (:func:`planner.calibrate.fit.largest_fitting_m
 One probe trains the **full-depth** model at that size in a fresh process
 (``python -m planner.calibrate --probe ...``, :func:`run_edge_probe`): no in-process
 call fully resets the caching allocator after an OOM, and a crash or hang of the
-probe is a failed probe, never the caller's (CALIBRATION.md §2). When it does not fit,
+probe is a failed probe, never the caller's (pytorch #72117). When it does not fit,
 the next size comes from the estimator corrected by what the probe saw, never from
 halving; at most :data:`MAX_EDGE_PROBES` probes.
 """
@@ -32,9 +32,10 @@ from planner.calibrate.records import (
 from planner.hardware.devices import GpuSpec
 from planner.memory.peak import Overheads, estimate
 from planner.memory.training import TrainingSetup
+from planner.units import GIB
 
 if TYPE_CHECKING:
-    from planner.calibrate.pipeline import Settings
+    from planner.calibrate.settings import Settings
 
 MAX_EDGE_PROBES = 3
 
@@ -97,7 +98,7 @@ def does_not_fit_message(s: Settings, gpu: GpuSpec, mb: MaxMicroBatchRecord) -> 
                           attention=s.attention, framework='hf', loop=PROBE_LOOP)
     need = estimate(s.spec, setup).tensor_peak_bytes
     return (f'{s.spec.name} does not fit one {gpu.name} even at micro-batch 1 (about '
-            f'{need / 2**30:,.1f} GiB of tensors, {mb.capacity_bytes / 2**30:,.1f} GiB '
+            f'{need / GIB:,.1f} GiB of tensors, {mb.capacity_bytes / GIB:,.1f} GiB '
             'available); the measurements were kept: plan a sharded layout with batchfit plan')
 
 
@@ -107,8 +108,8 @@ def edge_probe(config: dict[str, Any]) -> dict[str, Any]:
     ``config`` has ``model`` (ModelSpec fields), ``micro_batch``, ``seq_len``,
     ``precision``, ``attention``, ``device``, ``capacity_bytes`` and ``overhead_bytes``
     (what the device holds besides tensors, CPU only). On CUDA it trains two steps and
-    catches an OOM (allocator retries count as not fitting, CALIBRATION.md §3); on the
-    CPU it measures the fake peak and compares it with the capacity.
+    catches an OOM (allocator retries count as not fitting, as in Composer's
+    auto-microbatching); on the CPU it measures the fake peak and compares it with the capacity.
     """
     from planner.calibrate.records import model_spec_from_dict
 

@@ -3,7 +3,7 @@
 Device name, UUID, memory, compute capability and catalog match; torch, CUDA, cuDNN,
 NCCL and Python versions; the allocator configuration; and the memory the CUDA
 context takes (``mem_get_info`` used minus ``memory_reserved`` right after CUDA
-initialisation, CALIBRATION.md §4). Every function imports torch itself.
+initialisation). Every function imports torch itself.
 """
 
 from __future__ import annotations

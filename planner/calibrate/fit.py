@@ -1,7 +1,7 @@
 """Turning probe measurements into the planner's parameters (numpy only, no torch).
 
-CALIBRATION.md §1 and §6: fit a model from a few robust measurements instead of
-searching by trial. The pieces:
+Fit a model from a few robust measurements (minima of interleaved rounds, Theil-Sen
+slopes: Sen 1968) instead of searching by trial. The pieces:
 
 * :func:`theil_sen`: the median of pairwise slopes, robust to the one slow outlier
   a noisy machine produces;
@@ -225,7 +225,7 @@ def predict_step_time(model: ModelSpec, seq_len: int, micro_batch: int, gpu: Gpu
 # ---- collectives -------------------------------------------------------------------------
 
 def bus_bandwidth(size_bytes: float, time_s: float, world_size: int) -> tuple[float, float]:
-    """(algbw, busbw) of an all-reduce, nccl-tests' definitions (CALIBRATION.md §10)."""
+    """(algbw, busbw) of an all-reduce, nccl-tests' definitions (doc/PERFORMANCE.md)."""
     algbw = size_bytes / time_s
     return algbw, algbw * 2 * (world_size - 1) / world_size
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,11 +42,12 @@ from planner.calibrate.records import (
     model_spec_to_dict,
     plain,
 )
+from planner.calibrate.settings import Settings
 from planner.hardware.devices import GpuSpec
 from planner.memory.peak import Overheads, estimate
 from planner.memory.recipes import RECIPES
 from planner.memory.training import TrainingSetup
-from planner.models.spec import ModelSpec
+from planner.units import GIB
 
 # Share of the progress bar per stage (collectives' share goes to the others when off).
 STAGE_WEIGHTS: dict[str, float] = {'environment': 0.05, 'matmul': 0.15, 'proxy': 0.45,
@@ -65,41 +65,6 @@ class CalibrationError(Exception):
         self.kind = kind
         self.message = message
         self.profile = profile
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the child was asked to calibrate.
-
-    Attributes:
-        spec: the target model (full depth).
-        seq_len: tokens per sequence.
-        precision: a ``PROXY_PRECISIONS`` recipe.
-        attention: ``flash`` or ``eager``.
-        device: ``cuda`` or ``cpu``.
-        micro_batches: micro-batches to time (empty: chosen from the predicted capacity).
-        repeats: timed rounds per configuration (min of k).
-        warmup: untimed steps per configuration.
-        depths: proxy depths (two or more separate per-layer from fixed cost).
-        memory_limit_bytes: emulate a smaller device (None: the whole device).
-        collectives: run the all-reduce sweep.
-        collective_max_bytes: largest all-reduce (default 1 GiB on CUDA, 64 MiB on CPU).
-        python: the interpreter for probe processes.
-    """
-
-    spec: ModelSpec
-    seq_len: int
-    precision: str
-    attention: str = 'flash'
-    device: str = 'cuda'
-    micro_batches: tuple[int, ...] = ()
-    repeats: int = 5
-    warmup: int = 2
-    depths: tuple[int, ...] = (1, 2)
-    memory_limit_bytes: int | None = None
-    collectives: bool = False
-    collective_max_bytes: int | None = None
-    python: str = ''
 
 
 class _Progress:
@@ -141,7 +106,7 @@ def run(settings: Settings, out: EventWriter) -> dict[str, Any]:
     if s.memory_limit_bytes:
         device = dataclasses.replace(device, memory_bytes=min(device.memory_bytes,
                                                               s.memory_limit_bytes))
-        notes.append(f'memory limited to {s.memory_limit_bytes / 2**30:.3g} GiB')
+        notes.append(f'memory limited to {s.memory_limit_bytes / GIB:.3g} GiB')
         limit_memory(s.device, s.memory_limit_bytes)
     context = int(env['environment']['cuda_context_bytes'])
     progress('environment', 1.0, device.name)
@@ -221,7 +186,7 @@ def _version() -> str:
 # ---- micro-batches -------------------------------------------------------------------------
 
 def _choose_micro_batches(s: Settings, device: DeviceInfo, context: int) -> tuple[int, ...]:
-    """The user's, or ~30/60/85 % of the full model's predicted capacity (CALIBRATION §8).
+    """The user's, or ~30/60/85 % of the full model's predicted capacity.
 
     The CPU never runs out of memory in a useful way and every sample costs real time,
     so it takes 1, 2, 4. A GPU model too big for one device takes what the 2-layer
@@ -273,12 +238,15 @@ def _measure_proxy(s: Settings, configs: list[tuple[int, int]], floor: tuple[int
     for i, depths in enumerate(groups):
         share = 0.6 / len(groups)
         progress('proxy', i * share, f'{"/".join(map(str, depths))}-layer proxy: timing')
+
+        def on_step(f: float, i: int = i, share: float = share) -> None:
+            progress('proxy', (i + f) * share)
+
         try:
             timings += probes.time_proxy(
                 s.spec, depths, timed, precision=s.precision, attention=s.attention,
                 device=s.device, repeats=s.repeats, warmup=s.warmup,
-                window=3 if s.device == 'cuda' else 1,
-                on_step=lambda f, i=i, share=share: progress('proxy', (i + f) * share))
+                window=3 if s.device == 'cuda' else 1, on_step=on_step)
         except Exception as exc:  # an OOM is classified, the rest re-raised
             if not probes.is_oom(exc):
                 raise
@@ -366,7 +334,7 @@ def _memory_record(steps: list[StepMeasurement], context: int, s: Settings) -> M
                              for m in real if m.estimated_tensor_peak_bytes > 0] or [1.0]))
     full = []
     for b, seq in sorted({(m.micro_batch, m.seq_len) for m in real}):
-        at = {m.layers: m.peak_allocated_bytes for m in real
+        at = {m.layers: float(m.peak_allocated_bytes) for m in real
               if (m.micro_batch, m.seq_len) == (b, seq)}
         _, _, extrapolated = fit.extrapolate_depth(at, s.spec.num_layers)
         setup = TrainingSetup(seq_len=seq, micro_batch=b, precision=s.precision,
@@ -421,7 +389,8 @@ def _full_depth_points(steps: list[StepMeasurement], full_layers: int
     by_config: dict[tuple[int, int, bool], dict[int, StepMeasurement]] = {}
     for m in steps:
         by_config.setdefault((m.micro_batch, m.seq_len, m.for_efficiency), {})[m.layers] = m
-    full, per_depth = [], {}
+    full: list[fit.StepPoint] = []
+    per_depth: dict[int, list[fit.StepPoint]] = {}
     for (b, seq, for_eff), at in sorted(by_config.items()):
         _, _, fb = fit.extrapolate_depth({d: m.forward_backward_s for d, m in at.items()},
                                          full_layers)

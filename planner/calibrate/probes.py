@@ -1,14 +1,14 @@
 """The measurements of stages 2 and 3: GEMM throughput, proxy steps, proxy memory.
 
 Runs only in the calibration child (and its probe grandchildren); every function
-imports torch itself. Methodology (CALIBRATION.md §4-§7):
+imports torch itself. Methodology (docs/calibration.md):
 
 * time with CUDA events over a window of steps and one synchronisation at its end on a
   GPU; on the (synchronous) CPU with :func:`cpu_clock`; discard warm-up steps; keep
   the minimum over repeats, interleaving configurations so drift hits all alike;
 * memory from ``torch.cuda`` statistics per configuration (``reset_peak_memory_stats``
   before each) on a GPU; on the CPU from ``MemTracker`` under ``FakeTensorMode``, the
-  exact live tensor bytes without allocating (DOMAIN.md §13);
+  exact live tensor bytes without allocating (torch/distributed/_tools/mem_tracker.py);
 * classify an OOM by type first (``torch.cuda.OutOfMemoryError``), then by the string
   fallbacks Lightning and accelerate use (:func:`is_oom`).
 
@@ -36,7 +36,8 @@ from planner.calibrate.proxy import (
 from planner.calibrate.records import MatmulPoint
 from planner.models.spec import ModelSpec
 
-# CALIBRATION.md §3: the messages the anchors treat as OOM when the type does not say.
+# The messages Lightning (src/lightning/pytorch/utilities/memory.py) and accelerate
+# (src/accelerate/utils/memory.py) treat as OOM when the exception type does not say.
 OOM_MESSAGES: tuple[str, ...] = (
     'CUDA out of memory', ' out of memory.', 'HIP out of memory',
     'CUDNN_STATUS_NOT_SUPPORTED', 'DefaultCPUAllocator: can\'t allocate memory',
@@ -301,9 +302,9 @@ def _memory_pass(p: Proxy, opt: Any, ids: Any, precision: str, device: str) -> d
 def fake_peak_bytes(spec: ModelSpec, layers: int, micro_batch: int, seq_len: int, *,
                     precision: str, attention: str) -> int:
     """Peak live tensor bytes of two training steps, measured without allocating.
-
-    ``MemTracker`` under ``FakeTensorMode`` on the CPU (DOMAIN.md §13): model, optimizer
-    and inputs are built inside fake mode; ``reset_mod_stats()`` before each forward
+     ``MemTracker`` (torch/distributed/_tools/mem_tracker.py) under ``FakeTensorMode`` on
+the CPU: model, optimizer and inputs are built inside fake mode; ``reset_mod_stats()``
+before each forward
     (MemTracker refuses a second one otherwise); the second step has the optimizer state.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode

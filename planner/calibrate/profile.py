@@ -80,7 +80,7 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
             except _MalformedError:
                 continue
         raise _MalformedError(f'{where}: unexpected value {value!r}')
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _record(hint, value, where)
     if origin is tuple:
         args = typing.get_args(hint)

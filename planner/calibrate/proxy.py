@@ -5,7 +5,7 @@ edges (hidden size, heads, KV heads, head size, FFN width and gating, vocabulary
 norm, positions, biases, tied head, attention kind) and takes only ``num_layers``
 layers, so it fits on one device. Timing it at two depths separates the per-layer
 cost from the fixed one (embedding, head, loss), which extrapolates to the full
-depth (CALIBRATION.md §8).
+depth (docs/calibration.md).
 
 The model is built from stock ``torch.nn`` modules held in an ``nn.ModuleDict`` and
 run by :func:`proxy_loss`, a plain function: no ``nn.Module`` subclass is needed, so

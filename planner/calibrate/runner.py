@@ -7,12 +7,13 @@ the program and its environment, :func:`~planner.calibrate.protocol.parse_event`
 reads each stdout line, and :func:`classify` turns the end of the process into an
 outcome.
 
-The child is ``<python> -m planner.calibrate ...`` with ``CUDA_VISIBLE_DEVICES`` set to
-the GPU's UUID, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (CALIBRATION.md §12) and
-``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` unless the user set an
-allocator configuration (§3). The interpreter defaults to this one; another (the
-user's training environment) sees this ``planner`` package through ``PYTHONPATH`` so
-parent and child always speak the same protocol.
+The child is ``<python> -m planner.calibrate ...`` with ``CUDA_VISIBLE_DEVICES`` set to the
+GPU's UUID, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (so CUDA numbers GPUs as NVML does: CUDA C
+Programming Guide, "CUDA Environment Variables") and
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` unless the user set an allocator
+configuration (PyTorch's OOM message recommends it). The interpreter defaults to this one;
+another (the user's training environment) sees this ``planner`` package through
+``PYTHONPATH`` so parent and child always speak the same protocol.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from planner.calibrate.protocol import EXIT_CODES, parse_event
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_PRECISION,
+)
+from planner.messages import Message
 from planner.models.spec import ModelSpec
 
 DEFAULT_TIMEOUT_S = 900.0
@@ -68,8 +74,8 @@ class CalibrationOptions:
 
     model: ModelSpec
     seq_len: int
-    precision: str = 'amp-bf16'
-    attention: str = 'flash'
+    precision: str = DEFAULT_PRECISION
+    attention: str = DEFAULT_ATTENTION
     device: str = 'cuda'
     gpu_uuids: tuple[str, ...] = ()
     micro_batches: tuple[int, ...] = ()
@@ -183,7 +189,7 @@ def classify(returncode: int | None, events: list[dict[str, Any]], *, cancelled:
     error = next((e for e in reversed(events) if e.get('event') == 'error'), None)
     result = next((e for e in events if e.get('event') == 'result'), None)
     if timed_out:
-        return 'timeout', f'calibration timed out after {timeout_s:.0f} s and was stopped'
+        return 'timeout', Message('calibrate.timed_out', seconds=f'{timeout_s:.0f}')
     if cancelled:
         return 'cancelled', 'calibration cancelled'
     if returncode == 0 and result is not None:

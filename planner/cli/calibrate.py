@@ -21,6 +21,8 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from planner.calibrate.protocol import EXIT_CODES, TORCH_EXTRA_HINT, error_event
+from planner.defaults import DEFAULT_PRECISION
+from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.calibrate.runner import CalibrationOutcome
@@ -34,8 +36,7 @@ BAR_WIDTH = 24
 def add_calibrate_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``batchfit calibrate`` on the top-level subparsers."""
     from planner.calibrate.proxy import PROXY_PRECISIONS
-    from planner.cli.main import add_model_args, positive_int
-    from planner.cli.plan import int_list, positive_number
+    from planner.cli.args import add_model_args, int_list, positive_int, positive_number
 
     codes = ', '.join(f'{code} {status.replace("_", " ")}' for status, code in
                       EXIT_CODES.items() if status != 'oom')
@@ -80,13 +81,6 @@ def add_calibrate_command(sub: argparse._SubParsersAction) -> argparse.ArgumentP
                         "'saved' event")
     p.set_defaults(run=run_calibrate)
     return p
-
-
-def add_profile_arg(p: argparse.ArgumentParser) -> None:
-    """``--profile PATH|auto|none`` for estimate and plan."""
-    p.add_argument('--profile', default='auto',
-                   help='calibration profile: auto (default: the newest of --gpu in the data '
-                        'folder), none, or a file from batchfit calibrate')
 
 
 class ProgressBar:
@@ -140,8 +134,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
     uuids = tuple(u.strip() for u in args.gpu_uuid.split(',') if u.strip())
     if uuids and args.device == 'cpu':
         raise InputError('--gpu-uuid', 'names a GPU, but --device is cpu')
-    precision = args.precision or ('fp32' if args.device == 'cpu' else 'amp-bf16')
-    limit = None if args.memory_limit_gib is None else int(args.memory_limit_gib * 2**30)
+    precision = args.precision or ('fp32' if args.device == 'cpu' else DEFAULT_PRECISION)
+    limit = None if args.memory_limit_gib is None else int(args.memory_limit_gib * GIB)
     return CalibrationOptions(
         model=model, seq_len=args.seq_len, precision=precision, attention=args.attention,
         device=args.device, gpu_uuids=uuids, micro_batches=tuple(args.micro_batches),
@@ -223,7 +217,7 @@ def _summary(p: Any, path: Any) -> str:
              f'measured/estimated tensor peak {mem.estimator_ratio:.3f}',
              f'  largest micro-batch: predicted {mb.predicted}, confirmed '
              f'{mb.confirmed if mb.confirmed is not None else "-"} of '
-             f'{mb.capacity_bytes / 2**30:,.1f} GiB']
+             f'{mb.capacity_bytes / GIB:,.1f} GiB']
     if p.collectives is not None:
         c = p.collectives
         lines.append(f'  all-reduce ({c.backend}, {c.world_size} ranks): busbw up to '

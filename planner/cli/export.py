@@ -13,11 +13,14 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from planner.cli.args import guidance_inputs_from_args, positive_int
 from planner.errors import InputError
+from planner.units import DAY, GIB
 
 if TYPE_CHECKING:
     from planner.export import Export, ExportOptions
-    from planner.planfile.document import GuidanceInputs, PlanFile
+    from planner.planfile.document import PlanFile
+    from planner.plans.guidance import GuidanceInputs
     from planner.plans.request import PlanRequest
     from planner.plans.result import SearchResult
 
@@ -27,8 +30,6 @@ FORMATS: tuple[str, ...] = ('torchrun', 'accelerate', 'deepspeed', 'hf', 'megatr
 
 def add_export_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``batchfit show`` and ``batchfit export``."""
-    from planner.cli.main import positive_int
-
     show = sub.add_parser('show', help='print a saved plan file',
                           description='Validate a plan file (migrating older schemas) and '
                                       'print it (docs/plan-file.md).')
@@ -84,20 +85,8 @@ def options_from_args(args: argparse.Namespace) -> ExportOptions:
     return ExportOptions(**given, script_args=tuple(getattr(args, 'script_args', None) or ()))
 
 
-def guidance_inputs_from_args(args: argparse.Namespace, request: PlanRequest) -> GuidanceInputs:
-    """What ``batchfit plan`` gave the guidance (``--base-batch`` converted to sequences)."""
-    from planner.planfile.document import GuidanceInputs
-
-    base_batch = getattr(args, 'base_batch', None)
-    if base_batch is not None and getattr(args, 'global_batch_tokens', None) is not None:
-        base_batch = base_batch / request.seq_len  # tokens -> sequences, as guidance_for
-    return GuidanceInputs(base_lr=getattr(args, 'base_lr', None),
-                          base_batch_samples=None if base_batch is None else float(base_batch),
-                          base_warmup_steps=getattr(args, 'base_warmup_steps', None),
-                          b_noise_tokens=getattr(args, 'b_noise', None))
-
-
 def save_and_export(args: argparse.Namespace, request: PlanRequest, result: SearchResult,
+                    guidance_inputs: GuidanceInputs | None = None,
                     out: TextIO | None = None) -> None:
     """``plan --save FILE`` and ``plan --export FORMAT [--export-to FILE]``.
 
@@ -118,7 +107,8 @@ def save_and_export(args: argparse.Namespace, request: PlanRequest, result: Sear
     if fmt and not export_to and getattr(args, 'json', False):
         raise InputError('--export', 'with --json, give --export-to FILE (stdout holds the JSON)')
     plan = plan_file_from_search(request, result, 0, model_arg=getattr(args, 'model', None),
-                                 guidance_inputs=guidance_inputs_from_args(args, request))
+                                 guidance_inputs=guidance_inputs
+                                 or guidance_inputs_from_args(args, request.seq_len))
     exported = export_plan(plan, fmt, options_from_args(args)) if fmt else None
     if save:
         write_plan(save, plan)
@@ -216,11 +206,11 @@ def lora_text(plan: PlanFile) -> str:
 
 def _estimate_lines(e: dict[str, Any]) -> list[str]:
     parts = []
-    memory = e.get('memory') if isinstance(e.get('memory'), dict) else {}
+    memory: dict[str, Any] = e['memory'] if isinstance(e.get('memory'), dict) else {}
     if isinstance(memory.get('total_bytes'), (int, float)):
         usable = memory.get('usable_bytes')
-        parts.append(f'memory {memory["total_bytes"] / 2**30:.1f} GiB per GPU'
-                     + (f' of {usable / 2**30:.1f} usable' if isinstance(usable, (int, float))
+        parts.append(f'memory {memory["total_bytes"] / GIB:.1f} GiB per GPU'
+                     + (f' of {usable / GIB:.1f} usable' if isinstance(usable, (int, float))
                         else ''))
     for key, label, fmt in (('step_time_s', 'step', '{:.3g} s'), ('mfu', 'MFU', '{:.1%}'),
                             ('tokens_per_s', 'throughput', '{:,.0f} tokens/s'),
@@ -230,6 +220,6 @@ def _estimate_lines(e: dict[str, Any]) -> list[str]:
         value = e.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        text = f'{value / 86400:,.1f} days' if fmt is None else fmt.format(value)
+        text = f'{value / DAY:,.1f} days' if fmt is None else fmt.format(value)
         parts.append(f'{label} {text}')
     return ['Estimates: ' + '; '.join(parts)] if parts else []

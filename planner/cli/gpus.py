@@ -18,11 +18,11 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from planner.errors import InputError
+from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.hardware.local import GpuInfo, HardwareInventory
 
-GIB = 2**30
 _BAR_CELLS = 10
 _CLEAR = '\x1b[H\x1b[2J'  # cursor home, clear screen
 _CATALOG_HINT = 'showing the catalog: batchfit gpus --catalog'
@@ -97,7 +97,9 @@ def watch(seconds: float, *, json_output: bool = False, iterations: int | None =
         0, also after Ctrl-C.
     """
     if snapshot is None:
-        from planner.hardware.local import probe as snapshot
+        from planner.hardware.local import probe
+
+        snapshot = probe
     out = sys.stdout if stream is None else stream
     clear = not json_output and out.isatty()
     try:
@@ -242,7 +244,7 @@ def _print_catalog(as_json: bool) -> int:
     print(f'{"gpu":<16}{"memory":>11}{"bf16 TF/s":>11}{"HBM TB/s":>10}  {"link":<26}name')
     for g in gpus.values():
         bf16 = g.peak('bf16') / 1e12
-        print(f'{g.key:<16}{g.memory_bytes / 2**30:>8.1f} GiB{bf16:>11.1f}'
+        print(f'{g.key:<16}{g.memory_bytes / GIB:>8.1f} GiB{bf16:>11.1f}'
               f'{g.hbm_bandwidth_bytes_per_s / 1e12:>10.2f}  {g.intra_node_link:<26}{g.name}')
     print()
     print(f'{"interconnect":<16}{"GB/s per GPU":>14}  name')

@@ -8,144 +8,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+from collections.abc import Sequence
 
-from planner import __version__, limits
+from planner import __version__
+from planner.cli.args import (
+    EXIT_BAD_INPUT,
+    Parser,
+    add_memory_option_args,
+    add_model_args,
+    add_profile_arg,
+    lora_from_args,
+    positive_int,
+)
+from planner.cli.calibrate import add_calibrate_command
+from planner.cli.export import add_export_commands
 from planner.cli.gpus import add_gpus_command
+from planner.cli.paths import add_paths_command
 from planner.cli.plan import add_plan_command
 from planner.errors import InputError
-from planner.memory.training import (
-    ATTENTION_KINDS,
-    LOOPS,
-    LORA_TARGETS,
-    LOSSES,
-    OFFLOAD_MODES,
-    RECOMPUTE_MODES,
-    LoraSpec,
-    TrainingSetup,
-    check_fits_model,
-)
+from planner.memory.training import OFFLOAD_MODES, RECOMPUTE_MODES, TrainingSetup, check_fits_model
 
-EXIT_BAD_INPUT = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors as one line and exits 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_BAD_INPUT, f'batchfit: error: {message}\n')
-
-
-def limited(flag: str) -> Callable[[str], int | float]:
-    """An argparse type checked against the flag's range in :mod:`planner.limits`
-    (argparse names the flag when it rejects)."""
-    key = limits.key_of(flag)
-    if key not in limits.RANGES:
-        return _positive_real(flag)
-
-    def parse(text: str) -> int | float:
-        try:
-            return limits.parse(key, text)
-        except limits.LimitError as exc:
-            raise argparse.ArgumentTypeError(_reason(exc)) from None
-    return parse
-
-
-def _positive_real(flag: str) -> Callable[[str], float]:
-    """A finite number > 0, for flags without a range of their own (calibration's
-    --timeout, --memory-limit-gib)."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f'{text!r} must be a positive finite number')
-        return value
-    return parse
-
-
-def _reason(exc: InputError) -> str:
-    """An error without its field (argparse names the flag itself)."""
-    text = str(exc)
-    prefix = f'{exc.field}: '
-    return text[len(prefix):] if text.startswith(prefix) else text
-
-
-def positive_int(flag: str) -> Callable[[str], int]:
-    """An argparse type for a whole number >= 1, in the flag's range when it has one
-    (:mod:`planner.limits`), else below 2^31."""
-    if limits.key_of(flag) in limits.RANGES:
-        return limited(flag)  # type: ignore[return-value]
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text.replace('_', '').strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f'{text!r} is not a whole number (allowed: an integer >= 1)') from None
-        if not 1 <= value < 2**31:
-            raise argparse.ArgumentTypeError(f'{text.strip()} is out of range '
-                                             '(allowed: 1 to 2,147,483,647)')
-        return value
-    return parse
-
-
-def fraction(flag: str) -> Callable[[str], float]:
-    """An argparse type for a fraction such as ``--margin`` (its range in planner.limits)."""
-    return limited(flag)  # type: ignore[return-value]
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """--model and --seq-len, shared by estimate and plan."""
-    p.add_argument('--model', required=True,
-                   help='a preset (batchfit models), a size such as 7B, or a config.json path')
-    p.add_argument('--seq-len', type=positive_int('--seq-len'), required=True,
-                   help='tokens per sequence')
-
-
-def add_memory_option_args(p: argparse.ArgumentParser) -> None:
-    """Precision, optimizer, attention and fine-tuning options shared by commands."""
-    from planner.memory.recipes import OPTIMIZERS, RECIPES
-    from planner.stacks import STACK_KEYS
-    p.add_argument('--precision', choices=tuple(RECIPES), default='',
-                   help="precision recipe (default: the stack's own, e.g. amp-bf16 for hf "
-                        'DDP, fsdp-bf16 for FSDP2, bf16-mixed for megatron)')
-    p.add_argument('--optimizer', choices=tuple(OPTIMIZERS), default='adamw')
-    p.add_argument('--attention', choices=ATTENTION_KINDS, default='flash',
-                   help='flash (fused SDPA kernels, no s^2 term) or eager')
-    p.add_argument('--framework', choices=STACK_KEYS, default='',
-                   help='the stack that runs the job (its layouts, precision, recompute, '
-                        'kernels, loss and launchers): ' + ', '.join(STACK_KEYS)
-                        + '; default: plan searches every stack, estimate assumes the '
-                        'first that runs the layout')
-    p.add_argument('--loss', choices=LOSSES[1:], default='',
-                   help="loss implementation (default: the stack's): hf (fp32 upcast of "
-                        "the logits), chunked (fused/chunked CE such as Liger's), "
-                        "vocab-parallel (Megatron's; also spelled megatron)")
-    p.add_argument('--loop', choices=LOOPS, default=LOOPS[0],
-                   help='training loop: keep-outputs (accelerate/plain loops hold the '
-                        'model output, its logits, through backward and the step; the '
-                        'default, more memory) or trainer (HF Trainer/TRL free it)')
-    p.add_argument('--no-foreach', dest='foreach', action='store_false',
-                   help="torch.optim's for-loop step (the CPU default) instead of foreach")
-    p.add_argument('--lora-rank', type=positive_int('--lora-rank'),
-                   help='train LoRA adapters of this rank on a frozen base')
-    p.add_argument('--lora-targets', default='q,k,v,o',
-                   help='comma-separated projections: ' + ','.join(LORA_TARGETS))
-    p.add_argument('--qlora', action='store_true', help='4-bit NF4 frozen base (QLoRA)')
-    p.add_argument('--margin', type=fraction('--margin'), default=0.05,
-                   help='fraction of GPU memory kept free (default 0.05)')
+__all__ = ['EXIT_BAD_INPUT', 'build_parser', 'main']
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    parser = _Parser(prog='batchfit', description='Capacity planner for distributed training.')
+    parser = Parser(prog='batchfit', description='Capacity planner for distributed training.')
     parser.add_argument('--version', action='version', version=f'batchfit {__version__}')
-    sub = parser.add_subparsers(dest='command', required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest='command', required=True, parser_class=Parser)
 
     est = sub.add_parser('estimate', help='per-GPU training memory of one configuration')
     add_model_args(est)
@@ -164,8 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument('--offload', choices=OFFLOAD_MODES, default='none')
     est.add_argument('--recompute', choices=RECOMPUTE_MODES, default='none')
     add_memory_option_args(est)
-    from planner.cli.calibrate import add_profile_arg  # --profile PATH|auto|none
-    add_profile_arg(est)
+    add_profile_arg(est)  # --profile PATH|auto|none
     est.add_argument('--json', action='store_true', help='one JSON document on stdout')
     est.set_defaults(run=_cmd_estimate)
     add_plan_command(sub)
@@ -175,32 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     models.set_defaults(run=_cmd_models)
 
     add_gpus_command(sub)
-    from planner.cli.export import add_export_commands  # plan files: show, export
-    add_export_commands(sub)
-    from planner.cli.calibrate import add_calibrate_command  # measure a GPU or the CPU
-    add_calibrate_command(sub)
-    from planner.cli.paths import add_paths_command  # where settings, data and logs live
-    add_paths_command(sub)
+    add_export_commands(sub)  # plan files: show, export
+    add_calibrate_command(sub)  # measure a GPU or the CPU
+    add_paths_command(sub)  # where settings, data and logs live
     return parser
 
 
-def lora_from_args(args: argparse.Namespace) -> LoraSpec | None:
-    """The LoRA settings, or None for full fine-tuning."""
-    if args.lora_rank is None:
-        if args.qlora:
-            raise InputError('--qlora', 'needs --lora-rank')
-        return None
-    targets = tuple(t.strip() for t in args.lora_targets.split(',') if t.strip())
-    return LoraSpec(rank=args.lora_rank, targets=targets, base_bits=4 if args.qlora else 16)
-
-
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    from planner.calibrate.apply import use_profile
-    from planner.calibrate.profile import choose_profile
     from planner.hardware.catalog import find_gpu
     from planner.memory.peak import estimate
     from planner.memory.report import estimate_json, estimate_text
     from planner.models.source import resolve_model
+    from planner.plans.path import calibration_for
 
     model = resolve_model(args.model)
     gpu = find_gpu(args.gpu) if args.gpu else None
@@ -226,9 +102,10 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         dp=world // per_replica, sequence_parallel=args.sequence_parallel,
         recompute=args.recompute, attention=args.attention, framework=stack.key,
         loss=args.loss, lora=lora, foreach=args.foreach, loop=args.loop)
-    # A profile of this GPU replaces the default overheads with measured ones.
-    loaded = choose_profile(args.profile, gpu)
-    calibration = None if loaded is None else use_profile(loaded, model=model, gpu=gpu)
+    # A profile of this GPU replaces the default overheads with measured ones (the plan's
+    # path, memory only).
+    calibration = calibration_for(args.profile, args.gpu, args.model, step_time=False,
+                                  precision=precision, framework=stack.key)
     est = estimate(model, setup, gpu, margin_fraction=args.margin,
                    overheads=None if calibration is None else calibration.overheads)
     assumed = not args.framework

@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-APP_NAME = 'batchfit'
-ORG_NAME = 'batchfit'  # ui.ORG_NAME: QSettings' folder and platformdirs' author
+from planner.user_config import APP_NAME, ORG_NAME, log_dir
+
 GUI_LOG_FILE = 'batchfit-gui.log'
 
 
@@ -36,13 +36,6 @@ class UserPath:
     label: str
     path: Path
     note: str
-
-
-def log_dir() -> Path:
-    """Folder of the GUI's rotating log (``platformdirs.user_log_dir``)."""
-    import platformdirs
-
-    return Path(platformdirs.user_log_dir(APP_NAME, ORG_NAME))
 
 
 def settings_ini_path(platform: str | None = None, environ: dict[str, str] | None = None

@@ -12,117 +12,42 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import TYPE_CHECKING, Any
 
+from planner.cli.args import (
+    GlobalBatchAction,
+    add_memory_option_args,
+    add_model_args,
+    add_profile_arg,
+    count,
+    guidance_inputs_from_args,
+    int_list,
+    lora_from_args,
+    positive_int,
+    positive_number,
+    word_list,
+)
 from planner.cli.export import add_save_export_args, save_and_export
-from planner.errors import InputError
 from planner.memory.training import RECOMPUTE_MODES  # the same order as planner.timing.step_time's
+from planner.units import DAY, GIB, si
 
 if TYPE_CHECKING:
-    from planner.calibrate.apply import CalibrationUse
     from planner.hardware.devices import GpuSpec
     from planner.plans.guidance import Guidance
-    from planner.plans.search import Candidate, PlanRequest, SearchResult
+    from planner.plans.path import PlanAsk
+    from planner.plans.request import PlanRequest
+    from planner.plans.result import Candidate, SearchResult
 
 EXIT_NO_PLAN = 1
 PLAN_SCHEMA = 'batchfit.plan-result/1'  # plan files are 'batchfit.plan/N'
 PARETO_ROWS = 8
-SECONDS_PER_DAY = 86_400.0
-
-
-# ---- argument types ---------------------------------------------------------------------
-
-def count(flag: str, integer: bool = True):
-    """An argparse type for a count in the flag's range (:mod:`planner.limits`):
-    ``4096``, ``4_194_304``, ``2e12``, ``300B``, ``4M``, ``4Mi``.
-
-    Suffixes k, M, B/G, T are powers of ten; Ki, Mi, Gi, Ti powers of two. Counts are
-    parsed exactly (no float round trip).
-    """
-    from planner.cli.main import limited
-
-    return limited(flag)
-
-
-def positive_number(flag: str):
-    """An argparse type for a number in the flag's range (:mod:`planner.limits`)."""
-    from planner.cli.main import limited
-
-    return limited(flag)
-
-
-class GlobalBatchAction(argparse.Action):
-    """``--global-batch 1024`` (sequences), ``1kseq``, ``4Mtok`` (tokens): the unit
-    decides which of ``global_batch`` / ``global_batch_tokens`` is set; a size suffix
-    without a unit (``4M``) is refused as ambiguous."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        from planner.cli.main import _reason
-        from planner.limits import LimitError, parse_global_batch
-
-        try:
-            value, unit = parse_global_batch(str(values))
-        except LimitError as exc:
-            parser.error(f'argument {option_string}: {_reason(exc)}')
-        setattr(namespace, 'global_batch_tokens' if unit == 'tokens' else 'global_batch',
-                value)
-
-
-def int_list(flag: str, allowed: tuple[int, ...] | None = None):
-    """An argparse type for a comma-separated list of whole numbers (each in the flag's
-    range of :mod:`planner.limits`, or from ``allowed``)."""
-    from planner.limits import RANGES, LimitError, key_of, parse
-
-    key = key_of(flag)
-
-    def one(part: str) -> int:
-        if key in RANGES and allowed is None:
-            return int(parse(key, part))
-        if not (part.strip().isascii() and part.strip().isdigit()):
-            raise argparse.ArgumentTypeError(
-                f'{part.strip()!r} is not a whole number in {flag}')
-        return int(part)
-
-    def parse_list(text: str) -> tuple[int, ...]:
-        if len(text) > 10_000:
-            raise argparse.ArgumentTypeError('is too long (allowed: up to 10,000 characters)')
-        try:
-            values = tuple(one(part) for part in text.split(',') if part.strip())
-        except LimitError as exc:
-            from planner.cli.main import _reason
-
-            raise argparse.ArgumentTypeError(_reason(exc)) from None
-        if not values:
-            raise argparse.ArgumentTypeError('is empty')
-        bad = [v for v in values if (allowed is not None and v not in allowed)
-               or (allowed is None and v < 1)]
-        if bad:
-            words = ', '.join(map(str, allowed)) if allowed else 'integers >= 1'
-            raise argparse.ArgumentTypeError(f'{bad} not allowed (allowed: {words})')
-        return values
-    return parse_list
-
-
-def word_list(flag: str, allowed: tuple[str, ...]):
-    """An argparse type for a comma-separated list of words from ``allowed``."""
-    def parse(text: str) -> tuple[str, ...]:
-        values = tuple(part.strip() for part in text.split(',') if part.strip())
-        bad = [v for v in values if v not in allowed]
-        if bad or not values:
-            raise argparse.ArgumentTypeError(
-                f'{", ".join(bad) or "nothing"} not allowed (allowed: {", ".join(allowed)})')
-        return values
-    return parse
 
 
 # ---- parser -----------------------------------------------------------------------------
 
 def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``batchfit plan`` on the top-level subparsers."""
-    from planner.cli.main import add_memory_option_args, add_model_args, positive_int
-
     p = sub.add_parser('plan', help='search layouts for a global batch: time, cost, LR guidance',
                        description='Every (GPUs, TP, PP, CP, DP, micro-batch, accumulation, '
                                    'ZeRO, recompute) that reaches the global batch exactly and '
@@ -178,8 +103,6 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help='allow PP sizes that do not divide the layers')
     p.add_argument('--no-sp', dest='sequence_parallel', action='store_false',
                    help='no sequence parallelism with TP')
-    from planner.cli.calibrate import add_profile_arg
-
     add_profile_arg(p)
     add_save_export_args(p)
     p.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -187,96 +110,34 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     return p
 
 
-# ---- building the request ---------------------------------------------------------------
+# ---- the ask -----------------------------------------------------------------------------
 
-def request_from_args(args: argparse.Namespace,
-                      calibration: CalibrationUse | None = None) -> PlanRequest:
-    """The validated :class:`PlanRequest` the arguments describe.
-
-    ``calibration`` (from :func:`calibration_from_args`) supplies measured overheads,
-    efficiencies and step constants.
+def ask_from_args(args: argparse.Namespace) -> PlanAsk:
+    """The :class:`~planner.plans.path.PlanAsk` the flags describe (names not resolved yet).
 
     Raises:
-        InputError: an unknown model/GPU/network, or an inconsistent combination.
+        InputError: ``--qlora`` without ``--lora-rank``, or a reference LR without its batch.
     """
-    from planner.cli.main import lora_from_args
-    from planner.hardware.catalog import find_gpu, inter_node_link
-    from planner.models.source import resolve_model
-    from planner.plans.search import LayoutLimits, PlanRequest
-    from planner.timing.step_time import StepTimeOptions, TrainingLength
+    from planner.plans.path import PlanAsk
+    from planner.plans.request import LayoutLimits
 
     lora = lora_from_args(args)  # LoRA/QLoRA: PEFT on a frozen base, data parallel only
-    if args.epochs is not None and args.samples is None:
-        raise InputError('--epochs', 'needs --samples')
-    model = resolve_model(args.model)
-    gpu = find_gpu(args.gpu)
-    link = inter_node_link(gpu, args.nodes, args.inter_node)
-    if args.samples is not None:
-        length = TrainingLength(samples=args.samples, epochs=args.epochs or 1.0)
-    else:
-        length = TrainingLength(tokens=args.tokens)
     limits = LayoutLimits(
         max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_vpp=args.max_vpp,
         max_micro_batch=args.max_micro_batch, tp=args.tp, pp=args.pp, cp=args.cp,
         vpp=args.vpp, micro_batch=args.micro_batch, gpus=args.gpus,
         uneven_pipeline=args.uneven_pipeline, sequence_parallel=args.sequence_parallel)
-    return PlanRequest(
-        model=model, seq_len=args.seq_len, gpu=gpu, max_nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node, inter_node=link, global_batch=args.global_batch,
-        global_batch_tokens=args.global_batch_tokens, length=length, zero_stages=args.zero,
-        recompute_modes=args.recompute, precision=args.precision, optimizer=args.optimizer,
-        attention=args.attention, framework=args.framework, loss=args.loss, loop=args.loop,
-        margin_fraction=args.margin, price_per_gpu_hour_usd=args.price, sort_by=args.sort,
-        top_k=args.top, limits=limits, lora=lora,
-        **({} if calibration is None else {
-            'calibration': calibration.efficiency, 'overheads': calibration.overheads,
-            'step_options': calibration.step_options or StepTimeOptions()}))
-
-
-def calibration_from_args(args: argparse.Namespace) -> CalibrationUse | None:
-    """What ``--profile`` (default auto: the newest profile of ``--gpu``) gives the plan.
-
-    Raises:
-        InputError: an unknown GPU or model, or a bad profile file.
-    """
-    from planner.calibrate.apply import use_profile
-    from planner.calibrate.profile import choose_profile
-    from planner.hardware.catalog import find_gpu
-    from planner.models.source import resolve_model
-
-    gpu = find_gpu(args.gpu)
-    loaded = choose_profile(args.profile, gpu)
-    if loaded is None:
-        return None
-    return use_profile(loaded, model=resolve_model(args.model), gpu=gpu,
-                       precision=args.precision, framework=args.framework, step_time=True)
-
-
-def guidance_for(req: PlanRequest, result: SearchResult, args: argparse.Namespace) -> Guidance:
-    """Batch/LR guidance for the winning plan (or the target batch alone)."""
-    from planner.plans.guidance import advise
-    from planner.timing.efficiency import attainable_fraction
-
-    best = result.best
-    batch = best.global_batch if best else max(1, round(result.target_batch_samples))
-    base_batch = args.base_batch
-    if base_batch is not None and args.global_batch_tokens is not None:
-        base_batch = base_batch / req.seq_len  # tokens -> sequences
-    fraction = None
-    if best is not None and req.calibration is None:
-        fraction = attainable_fraction(best.efficiency, req.gpu.family, best.framework)
-    gemm = None
-    if best is not None and result.step is not None:
-        gemm = float(result.step.gemm_flops[result.ranking[0]])
-    return advise(req.model, req.seq_len, batch,
-                  total_tokens=None if req.length is None else req.length.total_tokens(
-                      req.seq_len),
-                  optimizer=req.optimizer, base_lr=args.base_lr, base_batch_samples=base_batch,
-                  b_noise_tokens=args.b_noise, base_warmup_steps=args.base_warmup_steps,
-                  micro_batch=best.micro_batch if best else None,
-                  grad_accum=best.grad_accum if best else None, pp=best.pp if best else 1,
-                  efficiency_fraction=fraction, gemm_flops=gemm,
-                  step_time_s=best.step_time_s if best else None, lora=req.lora is not None)
+    return PlanAsk(
+        model=args.model, seq_len=args.seq_len, gpu=args.gpu, global_batch=args.global_batch,
+        global_batch_tokens=args.global_batch_tokens, tokens=args.tokens, samples=args.samples,
+        epochs=args.epochs, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+        inter_node=args.inter_node, zero_stages=args.zero, recompute_modes=args.recompute,
+        precision=args.precision, optimizer=args.optimizer, attention=args.attention,
+        framework=args.framework, loss=args.loss, loop=args.loop,
+        margin_fraction=args.margin,
+        price_per_gpu_hour_usd=args.price, sort_by=args.sort, top_k=args.top, limits=limits,
+        lora=lora, profile=args.profile,
+        guidance=guidance_inputs_from_args(args, args.seq_len))
 
 
 # ---- output -----------------------------------------------------------------------------
@@ -314,16 +175,6 @@ def _explanation(req: PlanRequest, result: SearchResult) -> dict[str, Any] | Non
     return None if why is None else why.to_dict()
 
 
-def _si(value: float, unit: str = '') -> str:
-    """1234567 -> '1.23M'."""
-    if not math.isfinite(value):
-        return '-'
-    for factor, suffix in ((1e12, 'T'), (1e9, 'G'), (1e6, 'M'), (1e3, 'k')):
-        if abs(value) >= factor:
-            return f'{value / factor:.3g}{suffix}{unit}'
-    return f'{value:.3g}{unit}'
-
-
 def _table(candidates: list[Candidate], has_length: bool) -> list[str]:
     """The ranked rows; every column as wide as its widest cell (plus a space), so wide
     values (a 2^20 micro-batch, a million GPUs) never run into the next column."""
@@ -333,15 +184,15 @@ def _table(candidates: list[Candidate], has_length: bool) -> list[str]:
                ('GPU-h', 8), ('$', 8)]
     rows = []
     for c in candidates:
-        days = c.time_to_train_s / SECONDS_PER_DAY
+        days = c.time_to_train_s / DAY
         rows.append([str(c.rank), c.framework, str(c.gpus), str(c.nodes), c.layout,
                      f'{c.micro_batch}×{c.grad_accum}', str(c.zero), c.recompute,
-                     f'{c.memory.total_bytes / 2**30:.1f}',
-                     f'{c.memory.headroom_bytes / 2**30:.1f}', f'{c.step_time_s:.3g}',
-                     _si(c.tokens_per_s), f'{c.mfu:.1%}',
-                     (f'{days:.1f}' if days < 1e5 else _si(days)) if has_length else '-',
-                     _si(c.gpu_hours) if has_length else '-',
-                     _si(c.cost_usd) if has_length else '-'])
+                     f'{c.memory.total_bytes / GIB:.1f}',
+                     f'{c.memory.headroom_bytes / GIB:.1f}', f'{c.step_time_s:.3g}',
+                     si(c.tokens_per_s), f'{c.mfu:.1%}',
+                     (f'{days:.1f}' if days < 1e5 else si(days)) if has_length else '-',
+                     si(c.gpu_hours) if has_length else '-',
+                     si(c.cost_usd) if has_length else '-'])
     widths = [max([w] + [len(r[i]) + 1 for r in rows]) for i, (_, w) in enumerate(columns)]
 
     def line(cells: list[str]) -> str:
@@ -391,7 +242,7 @@ def _why(c: Candidate, gpu: GpuSpec) -> list[str]:
         f'step; {sharding}; recompute {c.recompute}.',
         f'  Step {c.step_time_s:.3g} s: {split}. GEMM efficiency {c.efficiency:.0%} of peak, '
         f'MFU {c.mfu:.1%} (HFU {c.hfu:.1%}).',
-        f'  Memory {c.memory.total_bytes / 2**30:.1f} GiB of {c.memory.usable_bytes / 2**30:.1f} '
+        f'  Memory {c.memory.total_bytes / GIB:.1f} GiB of {c.memory.usable_bytes / GIB:.1f} '
         f'usable on the {gpu.name} (peak at {c.memory.peak_phase.replace("_", " ")}).',
     ]
 
@@ -452,7 +303,7 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
     head.extend(f'WARNING: {w.text}' for w in request_warnings(req))
     if req.length is not None:
         tokens = req.length.total_tokens(req.seq_len)
-        head.append(f'Training: {_si(tokens)} tokens = {tokens / (batch * req.seq_len):,.0f} '
+        head.append(f'Training: {si(tokens)} tokens = {tokens / (batch * req.seq_len):,.0f} '
                     'steps')
     head.append(f'Searched {result.grid_size:,} candidates in {result.elapsed_s:.2f} s: '
                 f'{result.fitting:,} fit.')
@@ -478,12 +329,11 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
 
 def run_plan(args: argparse.Namespace) -> int:
     """Entry point of ``batchfit plan``."""
-    from planner.plans.search import search
+    from planner.plans.path import plan
 
-    calibration = calibration_from_args(args)
-    req = request_from_args(args, calibration)
-    result = search(req)
-    guidance = guidance_for(req, result, args)
+    answer = plan(ask_from_args(args))
+    req, result, guidance = answer.request, answer.result, answer.guidance
+    calibration = answer.calibration
     if args.json:
         doc = plan_json(req, result, guidance)
         doc['calibration'] = None if calibration is None else calibration.summary()
@@ -493,7 +343,7 @@ def run_plan(args: argparse.Namespace) -> int:
         if calibration is not None:
             print(calibration.line())
     if result.status == 'ok':
-        save_and_export(args, req, result)  # --save / --export: the best plan
+        save_and_export(args, req, result, answer.ask.guidance)  # --save/--export: the best plan
     else:
         if args.json:
             print(f'batchfit: no plan: {result.message}', file=sys.stderr)

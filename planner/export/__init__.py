@@ -1,7 +1,7 @@
 """Exporters: a saved plan as the exact command line or config file of a launcher.
 
 ``EXPORTERS`` maps each ``--format`` to its :class:`Exporter`. :func:`export_plan`
-checks the plan's batch arithmetic (``planner.export.batch``) before any exporter
+checks the plan's batch arithmetic (``planner.plans.batch``) before any exporter
 runs, and every exporter quotes what it writes (``planner.export.shell``). A plan a
 launcher cannot run as planned is refused with an :class:`~planner.errors.InputError`
 naming the format; what it can run only approximately is written with a comment (and a
@@ -25,7 +25,7 @@ from planner.export import (
     torchtitan,
 )
 from planner.export.base import Export, Exporter, ExportOptions
-from planner.export.batch import BatchNumbers, check_candidate
+from planner.plans.batch import BatchNumbers, check_candidate
 
 if TYPE_CHECKING:
     from planner.planfile.document import PlanFile

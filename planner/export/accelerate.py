@@ -1,4 +1,7 @@
-"""``accelerate launch`` script with its config YAML (LAUNCHERS.md §3).
+"""``accelerate launch`` script with its config YAML.
+
+The flags and keys are accelerate's (src/accelerate/commands/launch.py and
+src/accelerate/commands/config/config_args.py).
 
 The script writes the YAML (a quoted heredoc: nothing in it is expanded) to a
 temporary file and launches with it. ``num_processes`` is the **total** over all
@@ -36,8 +39,8 @@ from planner.export.launch import (
 from planner.export.textfmt import yaml_lines
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 HEREDOC = 'BATCHFIT_ACCELERATE_CONFIG'
 

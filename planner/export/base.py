@@ -11,8 +11,8 @@ from planner.errors import InputError
 from planner.export.shell import check_text
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 RENDEZVOUS: tuple[str, ...] = ('static', 'c10d')
 SHARDING: tuple[str, ...] = ('deepspeed', 'fsdp')

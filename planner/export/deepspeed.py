@@ -1,4 +1,4 @@
-"""DeepSpeed config JSON (LAUNCHERS.md §4).
+"""DeepSpeed config JSON (deepspeed/runtime/config.py, DeepSpeed 0.19).
 
 ``train_batch_size`` is micro-batch × accumulation × **DP** (DeepSpeed's "world size"
 is the data-parallel size), and all three batch fields are written, so DeepSpeed never
@@ -21,8 +21,8 @@ from planner.export.base import (
 from planner.export.textfmt import json_text
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 DS_OPTIMIZERS = {'adamw': 'AdamW', 'adam': 'Adam'}
 

@@ -1,4 +1,6 @@
-"""Hugging Face Trainer: ``TrainingArguments`` flags, launched by torchrun (LAUNCHERS.md §5).
+"""Hugging Face Trainer: ``TrainingArguments`` flags, launched by torchrun.
+
+The flags are transformers' (src/transformers/training_args.py).
 
 Integer ``--warmup_steps`` (``--warmup_ratio`` is gone in transformers 5.23), one of
 ``--bf16``/``--fp16``, ``--gradient_checkpointing``, and ZeRO through an inline
@@ -33,8 +35,8 @@ from planner.export.shell import quote
 from planner.export.textfmt import json_text
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 HF_OPTIMIZERS = {'adamw': 'adamw_torch', 'adam': 'adamw_torch', 'adamw-8bit': 'adamw_bnb_8bit',
                  'sgd': 'sgd', 'sgd-momentum': 'sgd', 'adafactor': 'adafactor'}

@@ -1,6 +1,7 @@
 """torchrun launch lines and bash scripts, shared by the torchrun-based exporters.
 
-LAUNCHERS.md §2: underscore flag spellings (every torch version accepts them), an
+torch/distributed/run.py: underscore flag spellings (every torch version accepts them;
+the dashed aliases came with torch 2.0, pytorch PR #94505), an
 integer ``--nproc_per_node``, all launcher flags before the script. On one node the
 launch is ``--standalone``; on several, each node runs the same script and reads its
 own rank (``NODE_RANK``) and the first node's address (``MASTER_ADDR``) at run time,
@@ -17,8 +18,8 @@ from planner.export.shell import command, comments, env_ref, flag, quote
 
 if TYPE_CHECKING:
     from planner.export.base import ExportOptions
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 NODE_RANK = 'NODE_RANK'
 MASTER_ADDR = 'MASTER_ADDR'

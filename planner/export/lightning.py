@@ -1,4 +1,4 @@
-"""PyTorch Lightning ``Trainer`` settings as a LightningCLI YAML (LAUNCHERS.md §7).
+"""PyTorch Lightning ``Trainer`` settings as a LightningCLI YAML (src/lightning/pytorch/cli.py).
 
 ``devices`` is GPUs **per node** and ``num_nodes`` the nodes. Lightning does not check
 ``accumulate_grad_batches`` (0 and 2.5 pass), so batchfit's own check stands in. The
@@ -24,8 +24,8 @@ from planner.export.shell import comments, quote
 from planner.export.textfmt import yaml_lines
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 PRECISIONS = {'bf16': 'bf16-mixed', 'fp16': '16-mixed', 'fp32': '32-true', 'tf32': '32-true',
               'bf16-pure': 'bf16-true', 'fp8': 'bf16-mixed'}

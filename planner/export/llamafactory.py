@@ -1,4 +1,4 @@
-"""LLaMA-Factory training YAML (LAUNCHERS.md §9).
+"""LLaMA-Factory training YAML (src/llamafactory/hparams/parser.py).
 
 The HF Trainer keys (``per_device_train_batch_size``, ``gradient_accumulation_steps``,
 ``learning_rate``, integer ``warmup_steps``, ``bf16``, ``gradient_checkpointing``,
@@ -21,8 +21,8 @@ from planner.export.shell import comments
 from planner.export.textfmt import yaml_lines
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 
 def llamafactory_config(plan: PlanFile, n: BatchNumbers,

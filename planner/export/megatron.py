@@ -1,4 +1,4 @@
-"""Megatron-LM ``pretrain_gpt.py`` arguments, launched by torchrun (LAUNCHERS.md §6).
+"""Megatron-LM ``pretrain_gpt.py`` arguments, launched by torchrun (megatron/training/arguments.py).
 
 Dashed flags only (Megatron's parser has ``allow_abbrev=False`` and no underscore
 aliases). The global batch is written explicitly, so Megatron's microbatch calculator
@@ -32,9 +32,9 @@ from planner.export.launch import (
 from planner.export.shell import quote
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.models.spec import ModelSpec
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 POSITIONS = {'rotary': 'rope', 'learned': 'learned_absolute', 'none': 'none'}
 
@@ -126,13 +126,13 @@ def _precision(plan: PlanFile, args: list[tuple[str, Any]]) -> list[str]:
 
 
 def _schedule(plan: PlanFile, notes: list[str]) -> list[tuple[str, Any]]:
-    g, args = plan.guidance, []
+    g, args = plan.guidance, list[tuple[str, Any]]()
     if plan.steps is not None:
         args.append(('--train-iters', plan.steps))
     else:
         notes.append('the plan has no data size: add --train-iters')
-    if g.learning_rate is not None:
-        lr = learning_rate(plan)
+    lr = learning_rate(plan)
+    if lr is not None:
         args += [('--lr', lr), ('--min-lr', float(f'{lr / 10:.3g}')),
                  ('--lr-decay-style', 'cosine')]
     else:

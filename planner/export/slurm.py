@@ -1,4 +1,4 @@
-"""Slurm batch script: one torchrun per node through ``srun``, c10d rendezvous (§10).
+"""Slurm batch script: one torchrun per node through ``srun``, c10d rendezvous.
 
 The pattern of pytorch/examples' ``sbatch_run.sh``: ``--ntasks-per-node=1``, the first
 host of the allocation as the c10d endpoint, the job id as the rendezvous id. Nothing
@@ -25,8 +25,8 @@ from planner.export.launch import (
 from planner.export.shell import quote
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 # sed reads the whole list: `head -n 1` would exit early, scontrol would die of SIGPIPE on a
 # long node list, and `set -o pipefail` would stop the job.

@@ -20,8 +20,8 @@ from planner.export.launch import (
 )
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:

@@ -1,4 +1,4 @@
-"""torchtitan job config (TOML, torchtitan 0.2.x) (LAUNCHERS.md §8).
+"""torchtitan job config (TOML, torchtitan 0.2.x) (torchtitan/config/job_config.py).
 
 DP is split into ``data_parallel_replicate_degree`` (DDP) and
 ``data_parallel_shard_degree`` (FSDP2): ZeRO-3 shards over all of DP; ZeRO 1-2 also
@@ -34,8 +34,8 @@ from planner.export.shell import command, comments
 from planner.export.textfmt import toml_lines
 
 if TYPE_CHECKING:
-    from planner.export.batch import BatchNumbers
     from planner.planfile.document import PlanFile
+    from planner.plans.batch import BatchNumbers
 
 # Hugging Face ids of presets -> (torchtitan model, flavor).
 FLAVORS = {
@@ -98,7 +98,7 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
         notes.append('fp8: add the float8 converter (model.converters, needs torchao); '
                      'written as bf16')
     g = plan.guidance
-    tables = {
+    tables: dict[str, dict[str, Any]] = {
         'job': {'description': f'batchfit plan: {m.name} on {n.world_size} GPUs'},
         'model': {'name': name, 'flavor': flavor},
         'optimizer': {'name': optimizer, 'lr': learning_rate(plan)},

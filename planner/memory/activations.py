@@ -4,7 +4,7 @@ Two implementations are modelled, because which tensors autograd saves depends o
 the code that runs, not on the maths:
 
 * ``megatron``: Megatron-LM / Transformer Engine fused kernels, Korthikanti et al.
-  2022 Table 2 generalised to GQA, gated MLPs and flash attention (DOMAIN.md §5).
+  2022 Table 2 generalised to GQA, gated MLPs and flash attention.
 * ``hf``: Hugging Face transformers modules run by PyTorch eager autograd, counted
   tensor by tensor from what each op saves (RMSNorm's fp32 upcast, autocast's
   per-op input casts, ``repeat_kv`` in eager attention, SDPA's log-sum-exp, ...).
@@ -68,7 +68,7 @@ def _dropout(p: float) -> float:
 
 def megatron_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
                          recompute: str) -> LayerTerms:
-    """Korthikanti et al. 2022 Table 2, generalised (DOMAIN.md §5).
+    """Korthikanti et al. 2022 Table 2, generalised.
 
     16-bit activations (scaled by the recipe's activation bytes), 1-byte masks.
     Reproduces sbh(34 + 5as/h) for GPT-3 shapes with dropout.
@@ -647,7 +647,8 @@ class EdgeBytes:
 
 def edge_bytes(m: ModelSpec, r: PrecisionRecipe, loss: str, b, s, t, c, sp,
                lora: LoraSpec | None = None) -> EdgeBytes:
-    """Embedding-side and loss-side activations (DOMAIN.md §5, logits and CE).
+    """Embedding-side and loss-side activations (the logits and the cross-entropy's
+    buffers; Megatron-LM megatron/training/theoretical_memory_usage.py for the fused loss).
 
     Under LoRA the head is frozen, so its input is not saved, and the final norm keeps
     only what a frozen norm keeps (see :func:`hf_lora_layer_terms`).

@@ -1,8 +1,8 @@
 """Model states on one GPU: weights, gradients, optimizer states and their buffers.
 
 Parameters are first split by tensor, pipeline and expert parallelism (what one
-rank owns), then ZeRO shards them over the data-parallel ranks (DOMAIN.md §4):
-ZeRO-1 the optimizer states, ZeRO-2 also the gradients, ZeRO-3 also the weights.
+rank owns), then ZeRO shards them over the data-parallel ranks (Rajbhandari et al.
+2020, Figure 1): ZeRO-1 the optimizer states, ZeRO-2 also the gradients, ZeRO-3 also the weights.
 Functions take numpy arrays for the parallel sizes and return bytes per GPU.
 """
 

@@ -1,7 +1,7 @@
 """Per-GPU peak training memory, vectorised over configurations.
 
 The peak is the largest total of live tensors over the phases of a step, never
-one sum of everything (DOMAIN.md §6):
+one sum of everything (torch.distributed._tools.mem_tracker reports the same phases):
 
 * ``forward_end``: model states, activations of every in-flight micro-batch,
   autocast weight copies, and the loss being computed;
@@ -23,6 +23,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_MARGIN_FRACTION,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_PRECISION,
+)
 from planner.distinct_rows import DistinctRows, Spread, distinct_rows
 from planner.hardware.devices import GpuSpec
 from planner.limits import check_figure
@@ -50,7 +57,6 @@ from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
 
-GIB = 2**30
 MIB = 2**20
 PHASES: tuple[str, ...] = ('forward_end', 'backward_start', 'backward_end', 'optimizer_step')
 
@@ -87,10 +93,10 @@ def stack_overheads(framework: str) -> Overheads:
 class MemoryOptions:
     """The categorical choices shared by every configuration of a grid."""
 
-    precision: str = 'amp-bf16'
-    optimizer: str = 'adamw'
-    attention: str = 'flash'
-    framework: str = 'hf'
+    precision: str = DEFAULT_PRECISION
+    optimizer: str = DEFAULT_OPTIMIZER
+    attention: str = DEFAULT_ATTENTION
+    framework: str = DEFAULT_FRAMEWORK
     loss: str = 'hf'
     lora: LoraSpec | None = None
     foreach: bool = True
@@ -416,7 +422,7 @@ def _inflight(cfg: ConfigArrays) -> np.ndarray:
     """Micro-batches whose activations the first pipeline stage holds at once.
 
     1F1B keeps min(m, p) in flight; interleaving adds (p-1)/(p·v) (Korthikanti et al.
-    2022, DOMAIN.md §5).
+    2022 §4.2.3; Megatron-LM megatron/training/theoretical_memory_usage.py).
     """
     pp = cfg.pp
     interleave = np.where(cfg.vpp > 1, 1 + (pp - 1) / (pp * cfg.vpp), 1.0)
@@ -725,7 +731,8 @@ class MemoryEstimate:
 
 
 def estimate(model: ModelSpec, setup: TrainingSetup, gpu: GpuSpec | None = None, *,
-             margin_fraction: float = 0.05, overheads: Overheads | None = None) -> MemoryEstimate:
+             margin_fraction: float = DEFAULT_MARGIN_FRACTION,
+             overheads: Overheads | None = None) -> MemoryEstimate:
     """Per-GPU memory of one configuration, with its breakdown and whether it fits.
 
     Raises:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from planner.hardware.devices import GpuSpec
-from planner.memory.peak import GIB, MemoryEstimate
+from planner.memory.peak import MemoryEstimate
 from planner.memory.training import TrainingSetup
 from planner.models.spec import ModelSpec
+from planner.units import gib
 
 # Display order and words for the named parts.
 COMPONENT_LABELS: dict[str, str] = {
@@ -35,11 +36,6 @@ OVERHEAD_LABELS: dict[str, str] = {
     'workspace': 'cuBLAS/NCCL workspaces',
     'allocator_reserve': 'allocator reserve',
 }
-
-
-def gib(n: float) -> str:
-    """Bytes as GiB with two decimals."""
-    return f'{n / GIB:,.2f} GiB'
 
 
 def estimate_json(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,

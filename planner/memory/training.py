@@ -10,6 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from planner import limits
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_PRECISION,
+)
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.models.spec import ModelSpec
@@ -124,8 +130,8 @@ class TrainingSetup:
     seq_len: int
     micro_batch: int = 1
     grad_accum: int = 1
-    precision: str = 'amp-bf16'
-    optimizer: str = 'adamw'
+    precision: str = DEFAULT_PRECISION
+    optimizer: str = DEFAULT_OPTIMIZER
     zero: int = 0
     offload: str = 'none'
     tp: int = 1
@@ -136,9 +142,9 @@ class TrainingSetup:
     dp: int = 1
     sequence_parallel: bool = True  # only matters when tp > 1
     recompute: str = 'none'
-    attention: str = 'flash'
-    framework: str = 'hf'  # the stack (planner.stacks): kernels, loss, states
-    loss: str = ''  # 'hf' or 'megatron'; empty: the stack's own
+    attention: str = DEFAULT_ATTENTION
+    framework: str = DEFAULT_FRAMEWORK  # the stack (planner.stacks): kernels, loss, states
+    loss: str = ''  # 'hf', 'chunked', 'vocab-parallel'; empty: the stack's own
     lora: LoraSpec | None = None
     foreach: bool = True  # torch.optim's multi-tensor step (the CUDA default)
     zero3_prefetch_layers: int = 1  # layers gathered ahead of the current one

@@ -34,8 +34,9 @@ _INFO_FIELDS = ('aliases', 'hf_id', 'published_params')
 # Field types from ModelSpec's annotations (strings under postponed evaluation);
 # the Literal aliases (activation, norm, ...) and str fields are read as str.
 _TYPES = {'int': int, 'bool': bool, 'float': float}
-_SPEC_TYPES = {f.name: _TYPES.get(getattr(f.type, '__name__', f.type), str)
-               for f in fields(ModelSpec) if f.name != 'moe'}
+_SPEC_TYPES: dict[str, type] = {
+    f.name: _TYPES.get(str(getattr(f.type, '__name__', f.type)), str)
+    for f in fields(ModelSpec) if f.name != 'moe'}
 _MOE_TYPES = {f.name: int for f in fields(MoESpec)}
 _SPEC_REQUIRED = [f.name for f in fields(ModelSpec) if f.default is MISSING and f.name != 'name']
 _MOE_REQUIRED = [f.name for f in fields(MoESpec) if f.default is MISSING]

@@ -2,8 +2,9 @@
 
 A :class:`ModelSpec` is what every estimate starts from. It comes from a preset
 (``planner.models.presets``), a Hugging Face ``config.json`` (``planner.models.hf_config``) or
-a bare size (``planner.models.size_rule``). Counts follow DOMAIN.md §2 and reproduce the
-published checkpoints exactly (see ``tests/planner/test_model_spec.py``).
+a bare size (``planner.models.size_rule``). Counts follow the layer shapes of Narayanan
+et al. 2021 §3, generalised to GQA and gated MLPs, and reproduce the published
+checkpoints exactly (see ``tests/planner/test_model_spec.py``).
 """
 
 from __future__ import annotations

@@ -26,11 +26,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner import __version__
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_MARGIN_FRACTION,
+    DEFAULT_OPTIMIZER,
+)
 from planner.errors import InputError
 from planner.memory.training import RECOMPUTE_MODES, LoraSpec
 from planner.models.spec import ModelSpec, MoESpec
 from planner.planfile.fields import Reader
 from planner.planfile.migrate import CURRENT_SCHEMA, migrate
+from planner.plans.batch import check_candidate
+from planner.plans.guidance import GuidanceInputs
+from planner.plans.path import guidance_for
 
 if TYPE_CHECKING:
     from planner.plans.guidance import Guidance
@@ -116,12 +124,12 @@ class Constraints:
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
     precision: str = ''
-    optimizer: str = 'adamw'
-    attention: str = 'flash'
+    optimizer: str = DEFAULT_OPTIMIZER
+    attention: str = DEFAULT_ATTENTION
     framework: str = ''
     loss: str = ''
     loop: str = 'keep-outputs'
-    margin_fraction: float = 0.05
+    margin_fraction: float = DEFAULT_MARGIN_FRACTION
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
     top_k: int = 10
@@ -137,23 +145,6 @@ class Constraints:
             return None
         return LoraSpec(rank=self.lora['rank'], targets=tuple(self.lora['targets']),
                         base_bits=self.lora['base_bits'])
-
-
-@dataclass(frozen=True)
-class GuidanceInputs:
-    """What the learning-rate guidance was given (all optional).
-
-    Attributes:
-        base_lr: a learning rate known to work at ``base_batch_samples``.
-        base_batch_samples: that reference batch, in sequences.
-        base_warmup_steps: warmup steps of the reference recipe.
-        b_noise_tokens: measured gradient noise scale, in tokens.
-    """
-
-    base_lr: float | None = None
-    base_batch_samples: float | None = None
-    base_warmup_steps: int | None = None
-    b_noise_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -265,7 +256,8 @@ class PlanFile:
         from planner.timing.step_time import StepTimeOptions, TrainingLength
 
         c, t = self.constraints, self.targets
-        limits = {k: tuple(v) if isinstance(v, list) else v for k, v in c.limits.items()}
+        limits: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in c.limits.items()}
         length = (TrainingLength(tokens=t.tokens) if t.tokens is not None
                   else TrainingLength(samples=t.samples, epochs=t.epochs or 1.0))
         calibration = None
@@ -345,7 +337,7 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
         raise InputError('--pick', f'candidate {candidate_index + 1} does not exist',
                          f'1 to {len(shown)}')
     chosen = shown[candidate_index]
-    guidance = guidance_for_candidate(request, result, chosen, inputs)
+    guidance = guidance_for(request, result, chosen, inputs)
     length = request.length
     return PlanFile(
         model=model_record(request.model, model_arg),
@@ -384,30 +376,6 @@ def chosen_candidate(c: Candidate) -> ChosenCandidate:
     layout = {name: data.pop(name) for name in (*LAYOUT_FIELDS, 'recompute',
                                                 'sequence_parallel', *STACK_FIELDS)}
     return ChosenCandidate(**layout, estimates=data)
-
-
-def guidance_for_candidate(request: PlanRequest, result: SearchResult, chosen: Candidate,
-                           inputs: GuidanceInputs) -> Guidance:
-    """Batch, LR and warmup guidance for ``chosen`` (any row, not only the best)."""
-    from planner.plans.guidance import advise
-    from planner.timing.efficiency import attainable_fraction
-
-    fraction = None
-    if request.calibration is None:
-        fraction = attainable_fraction(chosen.efficiency, request.gpu.family,
-                                       chosen.framework)
-    gemm = None
-    if result.step is not None:
-        gemm = float(result.step.gemm_flops[result.ranking[chosen.rank - 1]])
-    tokens = None if request.length is None else request.length.total_tokens(request.seq_len)
-    return advise(request.model, request.seq_len, chosen.global_batch, total_tokens=tokens,
-                  optimizer=request.optimizer, base_lr=inputs.base_lr,
-                  base_batch_samples=inputs.base_batch_samples,
-                  b_noise_tokens=inputs.b_noise_tokens,
-                  base_warmup_steps=inputs.base_warmup_steps, micro_batch=chosen.micro_batch,
-                  grad_accum=chosen.grad_accum, pp=chosen.pp, efficiency_fraction=fraction,
-                  gemm_flops=gemm, step_time_s=chosen.step_time_s,
-                  lora=request.lora is not None)
 
 
 def guidance_record(g: Guidance) -> GuidanceRecord:
@@ -629,10 +597,14 @@ def _read_lora(c: Reader) -> dict[str, Any] | None:
 
 def _read_guidance_inputs(g: Reader) -> GuidanceInputs:
     g.only(tuple(f.name for f in fields(GuidanceInputs)))
-    return GuidanceInputs(
-        base_lr=g.number('base_lr', None), base_batch_samples=g.number('base_batch_samples', None),
-        base_warmup_steps=g.count('base_warmup_steps', None),
-        b_noise_tokens=g.number('b_noise_tokens', None))
+    values = {'base_lr': g.number('base_lr', None),
+              'base_batch_samples': g.number('base_batch_samples', None),
+              'base_warmup_steps': g.count('base_warmup_steps', None),
+              'b_noise_tokens': g.number('b_noise_tokens', None)}
+    try:
+        return GuidanceInputs(**values)
+    except InputError as exc:
+        raise g.error('', exc.message) from None
 
 
 def _read_guidance(g: Reader) -> GuidanceRecord:
@@ -669,6 +641,8 @@ def _read_calibration(doc: Reader, key: str) -> dict[str, Any] | None:
     cal.only(('axis', 'points', 'source'))
     points = cal.data.get('points')
     try:
+        if points is None:
+            raise TypeError(points)
         profile = CalibrationProfile(axis=cal.text('axis'),
                                      points=tuple((float(x), float(y)) for x, y in points),
                                      source=cal.text('source', 'calibration'))
@@ -681,9 +655,7 @@ def _read_calibration(doc: Reader, key: str) -> dict[str, Any] | None:
 
 
 def _check_consistent(plan: PlanFile, where: str) -> None:
-    """The identities every exporter relies on (LAUNCHERS.md §1)."""
-    from planner.export.batch import check_candidate
-
+    """The identities every exporter relies on (:mod:`planner.plans.batch`)."""
     check_candidate(plan.candidate, f'{where}: candidate')
     t = plan.targets
     if (t.global_batch is None) == (t.global_batch_tokens is None):

@@ -90,7 +90,7 @@ def _v0_to_v1(old: dict[str, Any], where: str) -> dict[str, Any]:
     kind = 'size' if ref and parse_size(ref) is not None else 'preset' if ref else 'spec'
     if ref.lower().endswith('.json'):
         kind = 'spec'  # v0 did not embed the config.json: only its shape survives
-    memory = plan.get('memory') if isinstance(plan.get('memory'), dict) else {}
+    memory: dict[str, Any] = plan['memory'] if isinstance(plan.get('memory'), dict) else {}
     candidate = {key: need(key, plan) for key in _V0_LAYOUT}
     candidate['estimates'] = {k: v for k, v in plan.items() if k not in _V0_LAYOUT}
     return {
@@ -105,6 +105,7 @@ def _v0_to_v1(old: dict[str, Any], where: str) -> dict[str, Any]:
         'targets': {'seq_len': need('seq_len'), 'global_batch': need('global_batch'),
                     'global_batch_tokens': None, 'tokens': need('tokens'), 'samples': None,
                     'epochs': None},
+        # What a v1 plan was computed with (fixed by that schema, not today's defaults).
         'constraints': {'precision': old.get('precision', 'amp-bf16'),
                         'optimizer': old.get('optimizer', 'adamw'),
                         'attention': old.get('attention', 'flash'),
@@ -136,9 +137,10 @@ def _v2_to_v3(old: dict[str, Any], where: str) -> dict[str, Any]:
     model output: the loop becomes ``keep-outputs``, the one that needs more memory, so a
     re-evaluated plan errs on the safe side."""
     constraints, candidate = old.get('constraints'), old.get('candidate')
-    for key, value in (('constraints', constraints), ('candidate', candidate)):
-        if not isinstance(value, dict):
-            raise InputError(f'{where}: {key}', 'must be a JSON object')
+    if not isinstance(constraints, dict):
+        raise InputError(f'{where}: constraints', 'must be a JSON object')
+    if not isinstance(candidate, dict):
+        raise InputError(f'{where}: candidate', 'must be a JSON object')
     framework = constraints.get('framework') or 'hf'
     precision = constraints.get('precision') or 'amp-bf16'
     searched = {'framework': framework, 'precision': precision}

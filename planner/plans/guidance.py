@@ -1,6 +1,6 @@
 """Is a global batch a good idea? Learning rate, warmup and critical-batch guidance.
 
-Formulas (DOMAIN.md §10):
+Formulas:
 
 * **Learning-rate scaling** from a reference (LR0, B0) to B, with kappa = B / B0:
   linear rule with warmup (Goyal et al. 2017): LR0 * kappa; square-root rule
@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from planner.errors import InputError
+from planner.messages import Message
 from planner.models.spec import ModelSpec
 
 # DeepSeek LLM (arXiv 2401.02954), fitted on their data and architecture.
@@ -45,6 +46,33 @@ LORA_LR_NOTE = ('LoRA: the DeepSeek law is fitted on full pretraining, and LoRA 
                 'higher learning rates (QLoRA: 2e-4 up to 13B, 1e-4 above; LLaMA-Factory\'s '
                 'LoRA examples 1e-4 where full fine-tuning uses 1e-5): give --base-lr and '
                 '--base-batch from a LoRA recipe')
+
+
+@dataclass(frozen=True)
+class GuidanceInputs:
+    """What the learning-rate guidance is given (all optional), checked once here.
+
+    Attributes:
+        base_lr: a learning rate known to work at ``base_batch_samples``.
+        base_batch_samples: that reference batch, in sequences.
+        base_warmup_steps: warmup steps of the reference recipe.
+        b_noise_tokens: measured gradient noise scale, in tokens.
+
+    Raises:
+        InputError: a reference LR without its batch (or the reverse), or a noise scale
+            that is not positive (:func:`scale_learning_rate` checks the values).
+    """
+
+    base_lr: float | None = None
+    base_batch_samples: float | None = None
+    base_warmup_steps: int | None = None
+    b_noise_tokens: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.base_lr is None) != (self.base_batch_samples is None):
+            raise InputError('--base-lr', 'give --base-lr and --base-batch together')
+        if self.b_noise_tokens is not None and not self.b_noise_tokens > 0:
+            raise InputError('--b-noise', f'must be positive, got {self.b_noise_tokens!r}')
 
 
 @dataclass(frozen=True)
@@ -228,15 +256,15 @@ def suggest_warmup_steps(tokens_per_step: float, total_steps: float | None = Non
     """
     if base_warmup_steps is not None and base_batch_tokens is not None:
         tokens = base_warmup_steps * base_batch_tokens
-        note = (f'the reference warmup ({base_warmup_steps} steps of '
-                f'{base_batch_tokens:,.0f} tokens) kept in tokens')
+        note: str = Message('guidance.warmup_reference', steps=base_warmup_steps,
+                            tokens=f'{base_batch_tokens:,.0f}')
     else:
         tokens = DEFAULT_WARMUP_TOKENS
         note = 'GPT-3 warmed up over 375M tokens (Brown et al. 2020)'
     steps = math.ceil(tokens / tokens_per_step)
     if total_steps is not None and steps > MAX_WARMUP_FRACTION * total_steps:
         steps = max(1, math.floor(MAX_WARMUP_FRACTION * total_steps))
-        note += '; capped at 10 % of the run'
+        note = Message('guidance.warmup_capped', note=note)
     return steps, note
 
 
@@ -270,10 +298,8 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
     Raises:
         InputError: a reference LR without its batch, or a bad number.
     """
-    if (base_lr is None) != (base_batch_samples is None):
-        raise InputError('--base-lr', 'give --base-lr and --base-batch together')
-    if b_noise_tokens is not None and not b_noise_tokens > 0:
-        raise InputError('--b-noise', f'must be positive, got {b_noise_tokens!r}')
+    GuidanceInputs(base_lr=base_lr, base_batch_samples=base_batch_samples,
+                   b_noise_tokens=b_noise_tokens)  # the checks, once
     batch_tokens = global_batch_samples * seq_len
     warnings: list[str] = []
     notes: list[str] = []
@@ -282,38 +308,14 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
     if total_tokens is not None:
         compute = deepseek_compute_flops(model, seq_len, total_tokens)
         opt_batch, opt_lr = deepseek_optimal_batch_tokens(compute), deepseek_optimal_lr(compute)
-        notes.append(f'DeepSeek scaling law at C = {compute:.2e} FLOPs: B_opt ~ '
-                     f'{opt_batch / 1e6:,.2f}M tokens, LR_opt ~ {opt_lr:.2e} (AdamW, fitted on '
-                     'their data; a starting point, not a guarantee)')
-    if b_noise_tokens is not None:
-        critical, source = b_noise_tokens, 'gradient noise scale given (--b-noise)'
-    elif opt_batch is not None:
-        critical, source = opt_batch, 'DeepSeek B_opt (no --b-noise given)'
-    else:
-        critical, source = None, 'unknown (give --b-noise or a data size)'
-
+        notes.append(Message('guidance.deepseek', compute=f'{compute:.2e}',
+                             batch=f'{opt_batch / 1e6:,.2f}', lr=f'{opt_lr:.2e}'))
+    critical, source = _critical_batch(b_noise_tokens, opt_batch)
     s_factor = d_factor = None
     table: tuple[BatchPoint, ...] = ()
     if critical is not None:
-        s_factor, d_factor = steps_factor(batch_tokens, critical), data_factor(batch_tokens,
-                                                                                  critical)
-        table = tuple(BatchPoint(batch_tokens=batch_tokens * k,
-                                 relative_steps=steps_factor(batch_tokens * k, critical) / s_factor,
-                                 relative_tokens=data_factor(batch_tokens * k, critical) / d_factor)
-                      for k in (0.25, 0.5, 1.0, 2.0, 4.0))
-        if batch_tokens > ABOVE_CRITICAL_FACTOR * critical:
-            doubling = steps_factor(2 * batch_tokens, critical) / s_factor
-            warnings.append(
-                f'global batch {batch_tokens / 1e6:,.2f}M tokens is '
-                f'{batch_tokens / critical:.1f}x the critical batch ({critical / 1e6:,.2f}M, '
-                f'{source}): more GPUs, little speed-up. Reaching a given loss takes '
-                f'{d_factor:.1f}x the minimum data, and doubling the batch again would cut '
-                f'the steps only to {doubling:.0%}')
-        elif batch_tokens < critical / 4:
-            notes.append(f'global batch is {critical / batch_tokens:.1f}x below the critical '
-                         'batch: more data-parallel GPUs would still speed training up almost '
-                         'linearly')
-
+        s_factor, d_factor, table = _against_critical(batch_tokens, critical, source,
+                                                      warnings, notes)
     rates = None
     if base_lr is not None and base_batch_samples is not None:
         rates = scale_learning_rate(base_lr, base_batch_samples, global_batch_samples,
@@ -322,19 +324,8 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
         if critical is not None and batch_tokens > critical and rates.ratio > 1:
             notes.append('the scaling rules hold below the critical batch; above it larger '
                          'LRs stop paying off (McCandlish et al. 2018)')
-
-    if efficiency_fraction is not None and efficiency_fraction < LOW_EFFICIENCY_FRACTION:
-        size = f' ({gemm_flops / 1e9:,.1f} GFLOP GEMMs per GPU)' if gemm_flops else ''
-        warnings.append(f'micro-batch {micro_batch}{size} reaches only '
-                        f'{efficiency_fraction:.0%} of the efficiency this GPU attains on large '
-                        'GEMMs: a larger micro-batch or less tensor parallelism would use it '
-                        'better')
-    if grad_accum is not None and grad_accum > max(DEEP_ACCUMULATION, 4 * pp):
-        when = f' ({step_time_s:,.1f} s per step)' if step_time_s else ''
-        warnings.append(f'{grad_accum} micro-batches accumulated per step{when}: each '
-                        'optimizer step is slow; more data-parallel GPUs or a smaller global '
-                        'batch would give more updates per hour')
-
+    warnings += _plan_warnings(micro_batch, grad_accum, pp, efficiency_fraction, gemm_flops,
+                               step_time_s)
     if lora:
         notes.append(LORA_LR_NOTE)
     total_steps = None if total_tokens is None else total_tokens / batch_tokens
@@ -347,3 +338,54 @@ def advise(model: ModelSpec, seq_len: int, global_batch_samples: int, *,
         critical_batch_tokens=critical, critical_batch_source=source, steps_factor=s_factor,
         data_factor=d_factor, batch_table=table, learning_rates=rates, warmup_steps=warmup,
         warmup_note=warmup_note, warnings=tuple(warnings), notes=tuple(notes))
+
+
+def _critical_batch(b_noise_tokens: float | None,
+                    deepseek_batch_tokens: float | None) -> tuple[float | None, str]:
+    """The critical batch in tokens, and where it comes from."""
+    if b_noise_tokens is not None:
+        return b_noise_tokens, 'gradient noise scale given (--b-noise)'
+    if deepseek_batch_tokens is not None:
+        return deepseek_batch_tokens, 'DeepSeek B_opt (no --b-noise given)'
+    return None, 'unknown (give --b-noise or a data size)'
+
+
+def _against_critical(batch_tokens: float, critical: float, source: str,
+                      warnings: list[str], notes: list[str]
+                      ) -> tuple[float, float, tuple[BatchPoint, ...]]:
+    """Steps and data factors of the batch, the table around it, and the warning or note
+    when it is far from the critical batch (appended to ``warnings`` / ``notes``)."""
+    s_factor, d_factor = steps_factor(batch_tokens, critical), data_factor(batch_tokens,
+                                                                              critical)
+    table = tuple(BatchPoint(batch_tokens=batch_tokens * k,
+                             relative_steps=steps_factor(batch_tokens * k, critical) / s_factor,
+                             relative_tokens=data_factor(batch_tokens * k, critical) / d_factor)
+                  for k in (0.25, 0.5, 1.0, 2.0, 4.0))
+    if batch_tokens > ABOVE_CRITICAL_FACTOR * critical:
+        doubling = steps_factor(2 * batch_tokens, critical) / s_factor
+        warnings.append(Message(
+            'guidance.above_critical', batch=f'{batch_tokens / 1e6:,.2f}',
+            ratio=f'{batch_tokens / critical:.1f}', critical=f'{critical / 1e6:,.2f}',
+            source=source, data=f'{d_factor:.1f}', steps=f'{doubling:.0%}'))
+    elif batch_tokens < critical / 4:
+        notes.append(Message('guidance.below_critical', ratio=f'{critical / batch_tokens:.1f}'))
+    return s_factor, d_factor, table
+
+
+def _plan_warnings(micro_batch: int | None, grad_accum: int | None, pp: int,
+                   efficiency_fraction: float | None, gemm_flops: float | None,
+                   step_time_s: float | None) -> list[str]:
+    """What the chosen layout wastes: small GEMMs, or slow steps from deep accumulation."""
+    warnings: list[str] = []
+    if efficiency_fraction is not None and efficiency_fraction < LOW_EFFICIENCY_FRACTION:
+        fraction = f'{efficiency_fraction:.0%}'
+        warnings.append(
+            Message('guidance.low_efficiency_gemm', micro=micro_batch,
+                    gflop=f'{gemm_flops / 1e9:,.1f}', fraction=fraction) if gemm_flops
+            else Message('guidance.low_efficiency', micro=micro_batch, fraction=fraction))
+    if grad_accum is not None and grad_accum > max(DEEP_ACCUMULATION, 4 * pp):
+        warnings.append(
+            Message('guidance.deep_accumulation_timed', accum=grad_accum,
+                    seconds=f'{step_time_s:,.1f}') if step_time_s
+            else Message('guidance.deep_accumulation', accum=grad_accum))
+    return warnings

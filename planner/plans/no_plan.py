@@ -18,8 +18,9 @@ text (ui/ translates it where it has a template).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -87,12 +88,12 @@ class NoPlanExplanation:
     constraint: str
     field: str
     text: str
-    nearest: dict[str, list[int]] = field(default_factory=dict)
+    nearest: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     suggestions: tuple[str, ...] = ()
     dominant: str | None = None
     smallest_peak_bytes: float | None = None
     usable_bytes: float | None = None
-    parts_bytes: dict[str, float] = field(default_factory=dict)
+    parts_bytes: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -306,7 +307,8 @@ def _memory(req: PlanRequest, batch: int) -> NoPlanExplanation:
     parts.update({k: float(np.ravel(v)[0]) for k, v in mem.overhead.items()})
     peak = float(totals[best])
     tensor_parts = {k: v for k, v in parts.items() if k in mem.components and v > 0}
-    dominant = max(tensor_parts, key=tensor_parts.get) if tensor_parts else 'weights'
+    dominant = (max(tensor_parts, key=lambda k: tensor_parts[k]) if tensor_parts
+                else 'weights')
     cuts = [c for c in _CUTS.get(dominant, ('more_gpus', 'larger_gpu'))
             if _available(req, c, row)]
     if req.margin_fraction > 0.05:

@@ -1,7 +1,7 @@
 """What a plan search is asked: the model, the cluster, the target batch and the limits.
 
 :class:`PlanRequest` is the one frozen, validated input of :func:`planner.plans.search.search`
-(STYLE.md §1.5: one documented "plan inputs" object whose fields carry units).
+(one documented object whose fields carry units; :mod:`planner.plans.path` builds it).
 :class:`LayoutLimits` constrains the layouts the search may propose.
 """
 
@@ -14,6 +14,11 @@ from typing import Any
 import numpy as np
 
 from planner import limits
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_MARGIN_FRACTION,
+    DEFAULT_OPTIMIZER,
+)
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
 from planner.memory.peak import (
@@ -196,13 +201,13 @@ class PlanRequest:
     length: TrainingLength | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
-    precision: str = ''
-    optimizer: str = 'adamw'
-    attention: str = 'flash'
-    framework: str = ''
+    precision: str = ''  # each stack's own recipe
+    optimizer: str = DEFAULT_OPTIMIZER
+    attention: str = DEFAULT_ATTENTION
+    framework: str = ''  # every stack that runs the request
     loss: str = ''
     loop: str = LOOPS[0]
-    margin_fraction: float = 0.05
+    margin_fraction: float = DEFAULT_MARGIN_FRACTION
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
     top_k: int = 10

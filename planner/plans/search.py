@@ -12,7 +12,8 @@ candidate), prices the memory of the whole grid with ONE call of
 :func:`planner.memory.peak.estimate_arrays`, times the candidates that fit with ONE call
 of :func:`planner.timing.step_time.step_time_arrays`, and ranks them.
 
-Rules a candidate obeys (Megatron's, DOMAIN.md §5, §8):
+Rules a candidate obeys (Megatron-LM's, megatron/training/arguments.py and
+megatron/core/parallel_state.py; Narayanan et al. 2021 §3):
 
 * TP divides the attention heads and the KV heads, and stays inside a node
   (``tp <= GPUs per node``, which it divides);
@@ -27,7 +28,7 @@ Rules a candidate obeys (Megatron's, DOMAIN.md §5, §8):
 * each GPU count is placed on the fewest nodes that hold it (same GPUs, more of the
   traffic on NVLink: spreading it wider is never faster in this model).
 
-The worker follows the Orange pattern (STYLE.md §1.4): :func:`search` is a pure
+The worker follows Orange3's pattern (Orange/widgets/utils/concurrent.py): :func:`search` is a pure
 function taking a ``progress(fraction)`` callback and a ``should_stop()`` poll, and
 raises :class:`SearchCancelled` when asked to stop.
 """
@@ -57,6 +58,7 @@ from planner.plans.result import (
 )
 from planner.stacks import STACKS, Stack
 from planner.timing.step_time import LayoutArrays, TrainingTimeArrays, training_time
+from planner.units import GIB
 
 __all__ = [
     'MAX_GRID_ROWS',
@@ -456,8 +458,8 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
         total = np.asarray(req.memory_arrays(grid).total_bytes, float)
         return _without_plan(req, started, STATUS_NO_FIT,
                              f'none of the {len(grid):,} layouts for a global batch of {batch} '
-                             f'fits in {usable / 2**30:.1f} GiB per GPU (smallest peak '
-                             f'{total.min() / 2**30:.1f} GiB)', len(grid), float(total.min()),
+                             f'fits in {usable / GIB:.1f} GiB per GPU (smallest peak '
+                             f'{total.min() / GIB:.1f} GiB)', len(grid), float(total.min()),
                              step)
 
     st = req.step_times(layout)

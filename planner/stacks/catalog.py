@@ -39,6 +39,7 @@
 
 from __future__ import annotations
 
+from planner.defaults import DEFAULT_FRAMEWORK
 from planner.errors import InputError
 from planner.stacks.spec import Stack, StackMode
 
@@ -115,7 +116,7 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
 )}
 STACK_KEYS: tuple[str, ...] = tuple(STACKS)
 # What a single-configuration estimate assumes when no stack is named.
-DEFAULT_STACK = 'hf'
+DEFAULT_STACK = DEFAULT_FRAMEWORK
 
 
 def get_stack(key: str, field_name: str = '--framework') -> Stack:

@@ -1,9 +1,9 @@
 """How much of a GPU's peak FLOP/s a training step achieves, as a function of GEMM size.
 
-A single efficiency scalar is wrong for small GEMMs (DOMAIN.md §8): a 768-wide model at
-micro-batch 1 leaves most of an H100 idle, a 12288-wide one fills it. Calculon models
-this as a step function of op size (A100 matrix ops >= 128 GFLOP -> 0.95, >= 16 -> 0.9,
->= 1 -> 0.6, else 0.1). batchfit uses a smooth saturating curve instead::
+A single efficiency scalar is wrong for small GEMMs: a 768-wide model at
+micro-batch 1 leaves most of an H100 idle, a 12288-wide one fills it. Calculon (Isaev et
+al., SC'23) models this as a step function of op size (A100 matrix ops >= 128 GFLOP ->
+0.95, >= 16 -> 0.9, >= 1 -> 0.6, else 0.1). batchfit uses a smooth saturating curve instead::
 
     eta(x) = eta_max * x / (x + x_half)
 
@@ -17,7 +17,7 @@ at 1 GFLOP and 0.96 at 16 GFLOP on an A100, Calculon's shape without its steps.
 ``eta_max`` is the whole layer's achieved fraction of peak for large GEMMs: matmuls,
 attention and the memory-bound norms, activations and dropout they carry. It is not a
 cuBLAS benchmark number. The defaults below (per GPU family) are calibrated against the
-published Megatron-LM throughputs (DOMAIN.md §7, §11 V3); ``docs/time-model.md`` lists
+published Megatron-LM throughputs (Narayanan et al. 2021, Table 1); ``docs/time-model.md`` lists
 where each comes from. Measured numbers replace them through a
 :class:`CalibrationProfile`.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -130,10 +130,10 @@ def attainable_fraction(efficiency: float, family: str, framework: str) -> float
 class CalibrationProfile:
     """Measured efficiency at a few points, interpolated in log space.
 
-    A calibration run (a later issue) measures the achieved fraction of peak for a
-    model at several micro-batches or GEMM sizes. Between points the efficiency is
-    interpolated linearly in ``log(x)``; outside them it is held at the end values
-    (extrapolating a measured curve is worse than trusting its last point).
+    A calibration run (``batchfit calibrate``, docs/calibration.md) measures the achieved
+    fraction of peak for a model at several micro-batches or GEMM sizes. Between points the
+    efficiency is interpolated linearly in ``log(x)``; outside them it is held at the end
+    values (extrapolating a measured curve is worse than trusting its last point).
 
     Attributes:
         axis: what the points are keyed by: ``gemm_flops`` (FLOPs of the representative
@@ -171,14 +171,15 @@ class CalibrationProfile:
         Raises:
             InputError: a key or value is not a number, or out of range.
         """
-        if 'points' in data:
-            axis = str(data.get('axis', axis))  # type: ignore[assignment]
-            source = str(data.get('source', source))
-            data = data['points']  # type: ignore[assignment]
-            if not isinstance(data, Mapping):
+        raw: Mapping[Any, Any] = data
+        if 'points' in raw:
+            axis = cast(ProfileAxis, str(raw.get('axis', axis)))  # checked by __post_init__
+            source = str(raw.get('source', source))
+            raw = raw['points']
+            if not isinstance(raw, Mapping):
                 raise InputError('calibration.points', 'must map x to efficiency')
         try:
-            points = sorted((float(x), float(eff)) for x, eff in data.items())  # type: ignore[arg-type]
+            points = sorted((float(x), float(eff)) for x, eff in raw.items())
         except (TypeError, ValueError):
             raise InputError('calibration', 'keys and values must be numbers') from None
         return cls(axis=axis, points=tuple(points), source=source)

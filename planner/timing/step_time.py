@@ -1,7 +1,7 @@
 """Step time, throughput and time-to-train, vectorised over candidate configurations.
 
 One optimizer step of a (TP, PP, CP, DP) layout with gradient accumulation costs
-(DOMAIN.md §8)::
+(Narayanan et al. 2021: the pipeline bubble of §2.2, the costs of §3)::
 
     t_step = t_mb · (m + (p - 1)/v)          # micro-batches through the pipeline, bubble
            + exposed DP communication         # gradient reduction not hidden by backward
@@ -32,6 +32,12 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from planner.defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_FRAMEWORK,
+    DEFAULT_OPTIMIZER,
+    DEFAULT_PRECISION,
+)
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
 from planner.memory.model_states import (
@@ -48,7 +54,6 @@ from planner.stacks import STACKS
 from planner.timing.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
 
 RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')  # index = recompute code
-SECONDS_PER_DAY = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -176,17 +181,6 @@ class StepTimeArrays:
         return StepTimeArrays(**{f.name: np.concatenate([
             np.broadcast_to(np.asarray(getattr(p, f.name), float), np.shape(p.step_time_s))
             for p in parts]) for f in fields(StepTimeArrays)})
-
-
-def _stage_params(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
-    """Parameters on the most loaded stage (ceil(L/p) layers plus the edge it holds)."""
-    total = model.total_params()
-    embed, head, norm = model.embedding_params(), model.head_params(), model.norm_params()
-    per_layer = (total - embed - head - norm) / model.num_layers
-    head_on_last = head if head else model.vocab_size * model.hidden_size  # tied: a copy
-    first = np.ceil(model.num_layers / pp) * per_layer + embed
-    last = np.floor(model.num_layers / pp) * per_layer + norm + head_on_last
-    return np.where(pp > 1, np.maximum(first, last), float(total))
 
 
 # Elements read or written per token per layer by memory-bound ops, in units of h
@@ -329,17 +323,15 @@ def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
     base too, at its stored size (``planner.memory.model_states.lora_weight_bytes``: NF4 for
     QLoRA); the larger of the first and last stage counts.
     """
+    # The memory model's partition (planner.memory.model_states.stage_params), once.
+    # experts split over EP: what one rank holds (dense part over TP, its own experts)
+    ep = np.ones(np.broadcast_shapes(np.shape(p), np.shape(ep)), int) * ep
+    stages = [stage_params(model, t, p, ep, stage, lora) for stage in ('first', 'last')]
     if lora is None:
-        psi = _stage_params(model, p) / t
-        if model.moe is not None and np.any(np.asarray(ep) > 1):
-            # experts split over EP: what one rank holds (dense part over TP, its experts)
-            stages = [stage_params(model, t, p, ep, stage, None) for stage in ('first', 'last')]
-            psi = np.maximum(*(st.dense + st.expert for st in stages))
+        psi = np.maximum(*(s.dense + s.expert for s in stages))
         return _StageBytes(grad_bytes=psi * r.grad_bytes, update_bytes=psi * r.weight_bytes,
                            gather_bytes=psi * r.gathered_bytes, trainable=psi,
                            quantized=np.zeros(np.shape(psi)))
-    one = np.ones(np.shape(p), int)
-    stages = [stage_params(model, t, p, one, stage, lora) for stage in ('first', 'last')]
     trainable = np.maximum(*(s.trainable_dense + s.trainable_expert for s in stages))
     gather = np.maximum(*(lora_weight_bytes(s, r, lora) for s in stages))
     quantized = (np.maximum(*(s.matmul - s.head_matmul for s in stages)) if lora.quantized
@@ -378,9 +370,9 @@ def _ring_bandwidth(span_gpus, members_per_node, gpus_per_node, intra_bps, inter
 
 
 def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: LinkSpec | None,
-                     layout: LayoutArrays, *, precision: str = 'bf16-mixed',
-                     optimizer: str = 'adamw', attention: str = 'flash',
-                     framework: str = 'megatron', options: StepTimeOptions | None = None,
+                     layout: LayoutArrays, *, precision: str = DEFAULT_PRECISION,
+                     optimizer: str = DEFAULT_OPTIMIZER, attention: str = DEFAULT_ATTENTION,
+                     framework: str = DEFAULT_FRAMEWORK, options: StepTimeOptions | None = None,
                      calibration: CalibrationProfile | Mapping | None = None,
                      lora: LoraSpec | None = None) -> StepTimeArrays:
     """Time one optimizer step for every candidate in ``layout``.
@@ -657,7 +649,8 @@ class TrainingTimeArrays:
 
 def training_time(step_time_s, global_batch_samples, seq_len: int, gpus,
                   length: TrainingLength, price_per_gpu_hour_usd: float) -> TrainingTimeArrays:
-    """steps = data / B; wall = steps x step time; GPU-hours = wall x GPUs (DOMAIN.md §9).
+    """steps = data / B; wall = steps x step time; GPU-hours = wall x GPUs (Narayanan et al. 2021
+    eq. 4 is its closed form).
 
     The last, partial step is counted as a fraction, as Narayanan et al.'s
     T_end2end = 8·T·P/(n·X) does.

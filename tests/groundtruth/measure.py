@@ -1,14 +1,15 @@
 """Measure the exact training-step memory peak of a reference model, without allocating.
 
-DOMAIN.md §13: build the model, optimizer and inputs inside ``FakeTensorMode`` on the CPU
-device, register them with ``MemTracker.track_external``, run two training iterations
-(the first creates the optimizer state; ``reset_mod_stats()`` before every forward after
-the first, which MemTracker requires and which keeps the running total and the peak), and
-read ``get_tracker_snapshot('peak')``. That snapshot is the per-category breakdown taken at the
-moment the tracked total was highest (a deep copy of the running snapshot whenever the
-total sets a new maximum), so its categories add up to its ``Total``: the simultaneous
-peak, the analogue of ``torch.cuda.max_memory_allocated`` (tensor bytes only, no 512-B
-rounding on CPU, no allocator cache, context or workspaces).
+With PyTorch's MemTracker (torch/distributed/_tools/mem_tracker.py): build the model,
+optimizer and inputs inside ``FakeTensorMode`` on the CPU device, register them with
+``MemTracker.track_external``, run two training iterations (the first creates the optimizer
+state; ``reset_mod_stats()`` before every forward after the first, which MemTracker requires
+and which keeps the running total and the peak), and read ``get_tracker_snapshot('peak')``.
+That snapshot is the per-category breakdown taken at the moment the tracked total was
+highest (a deep copy of the running snapshot whenever the total sets a new maximum), so its
+categories add up to its ``Total``: the simultaneous peak, the analogue of
+``torch.cuda.max_memory_allocated`` (tensor bytes only, no 512-B rounding on CPU, no
+allocator cache, context or workspaces).
 
 A second, independent counter (:class:`LiveBytes`, a ``TorchDispatchMode`` with a weak
 reference per storage) runs alongside and labels every moment with the phase it is in, so

@@ -34,7 +34,7 @@ Attention: ``'eager'`` (explicit matmuls, the s² scores materialised) or ``'sdp
 (``F.scaled_dot_product_attention(..., is_causal=True)``; no mask tensor is built, as
 transformers skips it when there is no padding). On CPU, SDPA runs the flash kernel
 (saving the fp32 log-sum-exp) unless attention dropout is on, when PyTorch falls back to
-the math path, which materialises the scores; CUDA kernels differ (DOMAIN.md §13).
+the math path, which materialises the scores; CUDA kernels differ.
 
 Activation checkpointing wraps each decoder layer in
 ``torch.utils.checkpoint.checkpoint(layer, ..., use_reentrant=False)``, as transformers'

@@ -63,8 +63,9 @@ def llama_spec(**changes: object) -> ModelSpec:
     return spec.with_changes(**changes) if changes else spec
 
 
-# The "test GPT" of DOMAIN.md §13: 3,716,608 parameters = L4 h256 f1024 V1024 with biases,
-# 128 learned positions and an untied head (tied it would have 3,454,464).
+# The "test GPT" (a small GPT whose peak an allocating CPU run measured exactly): 3,716,608
+# parameters = L4 h256 f1024 V1024 with biases, 128 learned positions and an untied head
+# (tied it would have 3,454,464).
 DOMAIN_GPT = ModelSpec(name='domain-gpt', num_layers=4, hidden_size=256, num_heads=4,
                        num_kv_heads=4, head_dim=64, ffn_size=1024, vocab_size=1024,
                        gated_mlp=False, activation='gelu_tanh', tied_embeddings=False,
@@ -163,7 +164,8 @@ def test_fp32_adamw_model_states():
     # m and v: 8 B/param, plus AdamW's fp32 ``step`` scalar per parameter tensor.
     assert m.optimizer_state_bytes == 8 * n + 4 * tensors
     # At b = 1 the peak is inside the optimizer step: full gradients, and the foreach
-    # step briefly holds ≈12 B/param of optimizer-category memory (DOMAIN.md §3).
+    # step briefly holds ≈12 B/param of optimizer-category memory (torch.optim.AdamW,
+    # torch 2.13).
     assert m.peak_phase == 'optimizer'
     assert m.peak_by_category['GRAD'] == 4 * n
     assert 11.5 * n < m.peak_by_category['OPT'] < 12.5 * n
@@ -266,7 +268,7 @@ def test_gradient_accumulation_keeps_gradients_across_micro_steps():
     assert two.phases['peak_forward'] >= one.phases['peak_forward'] + 4 * spec.total_params()
 
 
-# ---- against an allocating run and DOMAIN.md ---------------------------------------------------
+# ---- against an allocating run ---------------------------------------------------------------
 @pytest.mark.parametrize(('spec', 'kwargs'), [
     (gpt2_spec(attention_dropout=0.1, hidden_dropout=0.1), {}),
     (llama_spec(), {'attention': 'sdpa', 'precision': 'amp-bf16'}),
@@ -281,7 +283,7 @@ def test_fake_mode_peak_matches_a_real_cpu_run(spec, kwargs):
 
 
 def test_reproduces_the_domain_test_gpt_figure():
-    """DOMAIN.md §13: 89,795,804 B at b = 4 for the test GPT with explicit attention.
+    """89,795,804 B at b = 4 for the test GPT with explicit attention (torch 2.13.0).
 
     That model used a fused tanh GELU, divided the scores by a Python float and passed
     the input ids as labels. The harness mirrors transformers' GPT-2 instead, which
@@ -295,7 +297,7 @@ def test_reproduces_the_domain_test_gpt_figure():
     assert fused.peak_bytes == 89_795_804 + 4 * 128 * 8 + 4 * 4
     assert fused.peak_phase == 'backward'
     assert fused.param_bytes == 4 * 3_716_608
-    # The activation slope DOMAIN.md quotes: 10,232,832 B per sample of ACT at the peak.
+    # The activation slope of that run: 10,232,832 B per sample of ACT at the peak.
     fused8 = measure_training_peak(DOMAIN_GPT, seq_len=128, micro_batch=8,
                                    tanh_gelu='gelu_pytorch_tanh')
     slope = (fused8.peak_by_category['ACT'] - fused.peak_by_category['ACT']) // 4

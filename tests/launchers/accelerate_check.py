@@ -1,4 +1,4 @@
-"""LAUNCHERS.md §3 recipe: accelerate's config loader, launch parser and env builders."""
+"""accelerate's config loader, launch parser and env builders."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LAUNCHERS.md §4 recipe: DeepSpeed's own config class, world size = the plan's DP."""
+"""DeepSpeed's own config class, world size = the plan's DP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LAUNCHERS.md §5 recipe: HfArgumentParser over TrainingArguments, and the DS "fill-in"."""
+"""HfArgumentParser over TrainingArguments, and the DS "fill-in"."""
 
 from __future__ import annotations
 

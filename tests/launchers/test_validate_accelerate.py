@@ -1,4 +1,4 @@
-"""accelerate exports: config loader, launch parser, env builders, torchrun (§3)."""
+"""accelerate exports: config loader, launch parser, env builders, torchrun."""
 
 from __future__ import annotations
 
@@ -70,13 +70,13 @@ def test_one_node_c10d_free(tmp_path):
 
 
 def test_nested_keys_are_known():
-    """accelerate does not check nested keys (§3): compare them with the plugin fields."""
+    """accelerate does not check nested keys: compare them with the plugin fields."""
     import dataclasses
 
     from accelerate.utils import DeepSpeedPlugin
 
     from planner.export.accelerate import accelerate_config
-    from planner.export.batch import check_candidate
+    from planner.plans.batch import check_candidate
 
     plan = make_plan(nodes=2, zero=3)
     config, _ = accelerate_config(plan, check_candidate(plan.candidate), ExportOptions())

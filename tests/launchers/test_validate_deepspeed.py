@@ -1,4 +1,4 @@
-"""DeepSpeed JSON exports, checked by DeepSpeedConfig at the plan's DP size (§4)."""
+"""DeepSpeed JSON exports, checked by DeepSpeedConfig at the plan's DP size."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_model_parallel_plan_counts_dp_not_world():
     doc = json.loads(export_plan(plan, 'deepspeed').text)
     deepspeed_config(doc, dp=plan.candidate.dp)  # DP 8: accepted
     with pytest.raises(AssertionError, match='train_batch_size is not equal'):
-        deepspeed_config(doc, dp=32)  # the GPU count would be wrong (LAUNCHERS §4)
+        deepspeed_config(doc, dp=32)  # the GPU count: wrong (DeepSpeed's world size is DP)
 
 
 QLORA = LoraSpec(16, ('q', 'k', 'v', 'o', 'gate', 'up', 'down'), 4)  # all linear, 4-bit

@@ -1,4 +1,4 @@
-"""HF Trainer exports, parsed by HfArgumentParser(TrainingArguments) (LAUNCHERS.md §5)."""
+"""HF Trainer exports, parsed by transformers' HfArgumentParser(TrainingArguments)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ pytest.importorskip('accelerate')
 from tests.launchers.hf_check import resolved_deepspeed_config, training_arguments
 
 # --gradient_checkpointing is exported on purpose: transformers 4.x and 5.x both accept it
-# (5.x calls it a deprecated alias of --activation_checkpointing, LAUNCHERS.md §5).
+# (5.x calls it a deprecated alias of --activation_checkpointing in training_args.py).
 pytestmark = pytest.mark.filterwarnings('ignore:`gradient_checkpointing` is deprecated')
 
 

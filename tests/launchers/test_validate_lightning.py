@@ -1,4 +1,4 @@
-"""Lightning exports: the Trainer built from the YAML, with CUDA faked (LAUNCHERS.md §7)."""
+"""Lightning exports: the Trainer LightningCLI builds from the YAML, with CUDA faked."""
 
 from __future__ import annotations
 

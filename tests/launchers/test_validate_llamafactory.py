@@ -1,4 +1,4 @@
-"""LLaMA-Factory exports, parsed by its own HfArgumentParser over _TRAIN_ARGS (§9).
+"""LLaMA-Factory exports, parsed by its own HfArgumentParser over _TRAIN_ARGS.
 
 llamafactory 0.9.5 pins transformers <= 5.6 and accelerate <= 1.11, below the versions
 the other validators use, and pulls gradio, torchvision and torchaudio; the Makefile

@@ -1,4 +1,4 @@
-"""Megatron exports, checked with megatron-core (LAUNCHERS.md §6).
+"""Megatron exports, checked with megatron-core (megatron/training/arguments.py).
 
 megatron-core ships the microbatch calculator and ``TransformerConfig`` (whose
 ``__post_init__`` holds Megatron's own checks of heads, groups, pipeline and recompute

@@ -1,4 +1,4 @@
-"""Slurm exports: ``sbatch --test-only`` with a dummy slurm.conf, and the srun line (§10).
+"""Slurm exports: ``sbatch --test-only`` with a dummy slurm.conf, and the srun line.
 
 sbatch parses every ``#SBATCH`` option before it contacts the controller; with no
 controller, "Unable to contact slurm controller" means the options were accepted.

@@ -1,4 +1,4 @@
-"""torchrun exports, parsed by torch.distributed.run itself (LAUNCHERS.md §2)."""
+"""torchrun exports, parsed by torch.distributed.run itself (torch/distributed/run.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""torchtitan exports: its ConfigManager, ParallelDims and the train.py batch rule (§8)."""
+"""torchtitan exports: its ConfigManager, ParallelDims and the train.py batch rule."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def job_config(tmp_path, text):
 
 
 def check_types(config) -> None:
-    """0.2.2 does not type-check TOML values (LAUNCHERS §8): check every field we wrote."""
+    """0.2.2 does not type-check TOML values: check every field we wrote."""
     for section in dataclasses.fields(config):
         value = getattr(config, section.name)
         if not dataclasses.is_dataclass(value):

@@ -1,4 +1,4 @@
-"""LAUNCHERS.md §2 recipe: torchrun's own parser and config builder on a recorded argv."""
+"""torchrun's own parser and config builder on a recorded argv."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ import pytest
 from planner.cli.main import EXIT_BAD_INPUT
 from planner.errors import InputError
 from planner.export import EXPORTERS, ExportOptions, export_plan
-from planner.export.batch import check_candidate
 from planner.memory.training import LoraSpec
 from planner.planfile.document import write_plan
+from planner.plans.batch import check_candidate
 from planner.toml_compat import tomllib
 from tests.cli_helpers import run_cli
 from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_script

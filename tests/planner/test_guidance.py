@@ -1,4 +1,4 @@
-"""Batch-size and learning-rate guidance (DOMAIN.md §10)."""
+"""Batch-size and learning-rate guidance (McCandlish et al. 2018; DeepSeek LLM 2024)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ DEEPSEEK_7B = ModelSpec('DeepSeek-LLM-7B', 30, 4096, 32, 32, 128, 11008, 102400)
 
 
 def test_deepseek_7b_example():
-    """C ~ 8.5e22 -> B_opt ~ 9.2M tokens, eta_opt ~ 4.2e-4 (DOMAIN.md §10)."""
+    """C ~ 8.5e22 -> B_opt ~ 9.2M tokens, eta_opt ~ 4.2e-4 (DeepSeek LLM, arXiv 2401.02954)."""
     compute = deepseek_compute_flops(DEEPSEEK_7B, 4096, 2e12)
     assert compute == pytest.approx(8.5e22, rel=0.01)
     assert deepseek_optimal_batch_tokens(compute) == pytest.approx(9.2e6, rel=0.01)

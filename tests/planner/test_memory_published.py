@@ -1,4 +1,4 @@
-"""The memory estimator against published figures (DOMAIN.md §11)."""
+"""The memory estimator against published figures (each test names its paper and table)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import pytest
 from planner.models.presets import find_preset
 from planner.models.spec import ModelSpec
 
-# Exact counts of the released checkpoints (DOMAIN.md §2 and the HF model cards).
+# Exact counts of the released checkpoints (the Hugging Face checkpoints and model cards).
 PUBLISHED = [
     ('llama-3.1-8b', 8_030_261_248),
     ('llama-3.1-70b', 70_553_706_496),

@@ -24,7 +24,8 @@ from planner.planfile.document import (
     write_plan,
 )
 from planner.planfile.migrate import CURRENT_SCHEMA
-from planner.plans.search import LayoutLimits, search
+from planner.plans.request import LayoutLimits
+from planner.plans.search import search
 from planner.timing.efficiency import CalibrationProfile
 from tests.cli_helpers import run_cli
 from tests.export_helpers import make_plan

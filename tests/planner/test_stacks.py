@@ -19,7 +19,8 @@ from planner.planfile.document import GuidanceInputs, plan_file_from_search
 from planner.plans.request import LayoutLimits, PlanRequest
 from planner.plans.search import search
 from planner.stacks import STACKS
-from planner.timing.step_time import SECONDS_PER_DAY, TrainingLength
+from planner.timing.step_time import TrainingLength
+from planner.units import DAY
 
 GIB = 2**30
 
@@ -187,4 +188,4 @@ def test_gpt3_175b_with_no_flags_plans_a_megatron_class_layout_in_15_to_45_days(
     assert best.tp > 1
     assert best.pp > 1
     assert best.zero <= 1
-    assert 15 <= best.time_to_train_s / SECONDS_PER_DAY <= 45
+    assert 15 <= best.time_to_train_s / DAY <= 45

@@ -1,4 +1,4 @@
-"""The step-time and time-to-train model against published numbers (DOMAIN.md §8, §9, §11)."""
+"""The step-time and time-to-train model against published numbers (each test names its source)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from planner.errors import InputError
 from planner.hardware.catalog import find_gpu, find_interconnect
 from planner.models.presets import find_preset
 from planner.models.spec import ModelSpec
-from planner.plans.search import LayoutLimits, PlanRequest, search
+from planner.plans.request import LayoutLimits, PlanRequest
+from planner.plans.search import search
 from planner.timing.efficiency import (
     DEFAULT_CURVES,
     CalibrationProfile,
@@ -56,7 +57,7 @@ def layout(gpus: int, tp: int, pp: int, vpp: int, micro: int, batch: int, recomp
 
 def megatron_step(model: ModelSpec, lay: LayoutArrays, **kw):
     return step_time_arrays(model, SEQ, find_gpu(A100), find_interconnect('ib-hdr'), lay,
-                            precision='bf16-mixed', attention='eager', **kw)
+                            precision='bf16-mixed', attention='eager', framework='megatron', **kw)
 
 
 # ---- Korthikanti et al. 2022, Table 5: full recompute / selective (+SP) iteration time ----
@@ -176,7 +177,7 @@ def test_dp_traffic_uses_the_slowest_link_with_parallel_rails():
     """A DP group inside a node runs at NVLink; across nodes k members drive k rails."""
     model = find_preset('llama-3-8b')
     opts = StepTimeOptions(dp_overlap=0.0)  # expose all of it
-    kw = {'precision': 'bf16-mixed', 'options': opts}
+    kw = {'precision': 'bf16-mixed', 'framework': 'megatron', 'options': opts}
     gpu, ndr = find_gpu('h100-sxm'), find_interconnect('ib-ndr')
     inside = step_time_arrays(model, 4096, gpu, ndr, layout(8, 1, 1, 1, 1, 8, 0), **kw)
     k8 = step_time_arrays(model, 4096, gpu, ndr, layout(16, 1, 1, 1, 1, 16, 0), **kw)

@@ -1,6 +1,6 @@
 """UI test set-up: isolated QSettings, no NVML surprises, no thread or timer left running.
 
-As napari's conftest (STYLE.md §1.1.4): every QThread and QTimer started during a test
+As napari's src/napari/conftest.py does: every QThread and QTimer started during a test
 is recorded with where it was started, and a test that leaves one running fails.
 """
 

@@ -407,3 +407,39 @@ def test_the_detail_panel_shows_core_texts_translated(chinese, qtbot):
     assert _has_cjk(panel.warnings_label.text())
     assert all(_has_cjk(label) for label in plot.labels.values())
     assert panel.values['mem.total'].endswith(' GiB')  # numbers and units unchanged
+
+
+def test_core_messages_are_translated_by_id_not_by_their_text(chinese, monkeypatch):
+    """A core Message is looked up by its id (the app's copy of every template is the
+    core's); no English sentence is pattern-matched on the way."""
+    from planner.messages import MESSAGES, Message
+
+    assert core_terms.MESSAGE_TEMPLATES == MESSAGES
+
+    def no_matching(text):
+        raise AssertionError(f'pattern-matched {text!r}')
+
+    monkeypatch.setattr(core_terms, 'match_sentence', no_matching)
+    note = Message('guidance.warmup_capped',
+                   note='GPT-3 warmed up over 375M tokens (Brown et al. 2020)')
+    shown = core_terms.core_text(note)
+    assert _has_cjk(shown)
+    assert core_terms.core_text('GPT-3 warmed up over 375M tokens (Brown et al. 2020)') in shown
+    odd = Message('nvml.failed', reason='weird {text}: with; separators', fallback='x')
+    assert _has_cjk(core_terms.core_text(odd))
+    assert 'weird {text}: with; separators' in core_terms.core_text(odd)
+
+
+def test_a_message_survives_copies_and_json():
+    import copy
+    import json
+
+    from planner.messages import Message
+
+    m = Message('guidance.below_critical', ratio='4.2')
+    assert str(m) == ('global batch is 4.2x below the critical batch: more data-parallel '
+                      'GPUs would still speed training up almost linearly')
+    for twin in (copy.copy(m), copy.deepcopy(m)):
+        assert twin == m
+        assert (twin.id, twin.args) == (m.id, m.args)
+    assert json.loads(json.dumps({'note': m})) == {'note': str(m)}

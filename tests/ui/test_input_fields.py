@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.errors import InputError
+from planner.plans.path import build_request
 from planner.plans.search import search
 from tests.planner.test_hostile_inputs import HOSTILE_TEXT
-from ui.plan_inputs import PlanInputs, build_request
+from ui.plan_inputs import PlanInputs, plan_ask
 from ui.widgets.field_check import error_of
 from ui.widgets.input_panel import InputPanel
 
@@ -61,7 +62,7 @@ def test_each_field_refuses_in_place_or_plans_finite(panel, name, text):
         assert all(error_of(w) and panel.note_of(w) for w in shown)
         return
     try:
-        req = build_request(inputs)
+        req = build_request(plan_ask(inputs))
     except InputError:
         return  # the core refuses a combination: main_window marks the field it names
     result = search(req)
@@ -98,13 +99,20 @@ def test_issue_examples_turn_red(panel, text, flag):
     assert panel.note_of(widget)
 
 
+def _samples(inputs: PlanInputs) -> float:
+    """The target batch in sequences, as the core reads it (fractional when tokens do not
+    divide into whole sequences)."""
+    request = build_request(plan_ask(inputs))
+    return request.target_batch_samples
+
+
 def test_unit_change_keeps_the_batch(panel):
     _prepare(panel, 'batch_edit')
     panel.batch_edit.setText('1024')
     panel.batch_unit_combo.setCurrentIndex(panel.batch_unit_combo.findData('tokens'))
     assert panel.batch_edit.text() == str(1024 * 4096)
     inputs, _ = panel.read_inputs()
-    assert inputs.global_batch_samples == 1024
+    assert _samples(inputs) == 1024
     panel.batch_unit_combo.setCurrentIndex(panel.batch_unit_combo.findData('samples'))
     assert panel.batch_edit.text() == '1024'
 
@@ -116,7 +124,7 @@ def test_typed_unit_picks_the_unit(panel):
     assert errors == {}
     assert inputs.batch_unit == 'tokens'
     assert inputs.batch_value == 4 * 2**20
-    assert inputs.global_batch_samples == 1024
+    assert _samples(inputs) == 1024
 
 
 def test_suffixes_mean_what_the_cli_means(panel):
@@ -145,7 +153,7 @@ def test_token_batch_not_whole_offers_round_batches(panel):
     panel.batch_edit.setText('4M')
     panel.read_inputs()
     assert '1,024 sequences' in panel.batch_info.text()
-    assert math.isfinite(panel.read_inputs()[0].global_batch_samples)
+    assert math.isfinite(_samples(panel.read_inputs()[0]))
 
 
 def test_outcome_explains_no_plan_in_the_clis_words():

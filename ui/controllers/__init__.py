@@ -1,1 +1,4 @@
-"""Main-thread QObjects that own workers and re-emit their results (STYLE.md §3.2)."""
+"""Main-thread QObjects that own workers and re-emit their results.
+
+docs/architecture.md says which work runs on which thread.
+"""

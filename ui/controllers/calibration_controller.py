@@ -11,9 +11,12 @@ A finished result is saved with ``planner.calibrate.profile.save_profile``.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal, Slot
+
+if TYPE_CHECKING:
+    from planner.calibrate.runner import CalibrationOptions
 
 
 class CalibrationController(QObject):
@@ -36,7 +39,7 @@ class CalibrationController(QObject):
         self._cancelled = False
         self._timed_out = False
         self._stderr = b''
-        self._options = None
+        self._options: CalibrationOptions | None = None
         self._kill_timer = QTimer(self)
         self._kill_timer.setSingleShot(True)
         self._kill_timer.timeout.connect(self._kill)
@@ -82,7 +85,11 @@ class CalibrationController(QObject):
             return
         self._cancelled = True
         self._process.terminate()
-        self._kill_timer.start(int(self._options.grace_s * 1000))
+        self._kill_timer.start(self._grace_ms())
+
+    def _grace_ms(self) -> int:
+        """How long a terminated child may take to exit before it is killed."""
+        return 0 if self._options is None else int(self._options.grace_s * 1000)
 
     def shutdown(self, timeout_ms: int = 5000) -> None:
         """Stop a running child and wait for it (window closing)."""
@@ -98,7 +105,7 @@ class CalibrationController(QObject):
         self._timed_out = True
         if self._process is not None:
             self._process.terminate()
-            self._kill_timer.start(int(self._options.grace_s * 1000))
+            self._kill_timer.start(self._grace_ms())
 
     @Slot()
     def _kill(self) -> None:
@@ -109,7 +116,9 @@ class CalibrationController(QObject):
     def _read_stdout(self) -> None:
         from planner.calibrate.protocol import parse_event
 
-        self._buffer += bytes(self._process.readAllStandardOutput())
+        if self._process is None:
+            return
+        self._buffer += self._process.readAllStandardOutput().data()
         *lines, self._buffer = self._buffer.split(b'\n')
         for raw in lines:
             event = parse_event(raw.decode('utf-8', 'replace'))
@@ -122,12 +131,15 @@ class CalibrationController(QObject):
 
     @Slot()
     def _read_stderr(self) -> None:
-        self._stderr = (self._stderr + bytes(self._process.readAllStandardError()))[-20_000:]
+        if self._process is None:
+            return
+        self._stderr = (self._stderr + self._process.readAllStandardError().data())[-20_000:]
 
     @Slot(QProcess.ProcessError)
     def _error(self, error: QProcess.ProcessError) -> None:
-        if error == QProcess.ProcessError.FailedToStart:
-            self._end('crash', f'could not start {self._options.interpreter}: '
+        if error == QProcess.ProcessError.FailedToStart and self._process is not None:
+            interpreter = '' if self._options is None else self._options.interpreter
+            self._end('crash', f'could not start {interpreter}: '
                       f'{self._process.errorString()}', None)
 
     @Slot(int, QProcess.ExitStatus)
@@ -140,7 +152,9 @@ class CalibrationController(QObject):
         returncode = -9 if status == QProcess.ExitStatus.CrashExit and not self._cancelled \
             else code
         state, message = classify(returncode, self._events, cancelled=self._cancelled,
-                                  timed_out=self._timed_out, timeout_s=self._options.timeout_s,
+                                  timed_out=self._timed_out,
+                                  timeout_s=0.0 if self._options is None
+                                  else self._options.timeout_s,
                                   stderr_tail=self._stderr.decode('utf-8', 'replace'))
         saved = None
         if state == 'ok':

@@ -1,4 +1,5 @@
-"""Poll the local GPUs once a second in a worker thread (STYLE.md §3.2).
+"""Poll the local GPUs once a second in a worker thread (docs/architecture.md says
+which work runs on which thread).
 
 A :class:`_Poller` QObject moved to a ``QThread`` owns a ``QTimer`` created in that
 thread; each tick calls :func:`planner.hardware.local.probe` (which never raises) and emits the

@@ -1,13 +1,16 @@
 """Recompute plans off the GUI thread, latest request wins.
 
 :class:`PlanController` lives on the GUI thread. Edits call :meth:`PlanController.request`,
-which restarts a single-shot debounce timer; when it fires, a :class:`_PlanRunnable`
-runs :func:`ui.plan_compute.compute_plan` on the controller's own one-thread
-``QThreadPool``. Each run carries a generation number and a cancel flag: a newer
-request sets the older run's flag (the search stops at its next stage) and a stale
-result that still arrives is dropped. Results are re-emitted from the controller's
-main-thread slot (STYLE.md §2: never wait on a worker-thread signal), so widgets and
-tests connect to :attr:`PlanController.outcome_ready` only.
+which starts a single-shot timer (``DEBOUNCE_MS``, 0 by default: the recompute starts on the
+next event-loop turn, so edits made in one turn become one recompute); when it fires, a
+:class:`_PlanRunnable` runs :func:`ui.plan_compute.compute_main` (then the batch sweep) on
+the controller's own one-thread ``QThreadPool``. Each run carries a generation number and a
+cancel flag: a newer request sets the older run's flag (the search stops at its next stage)
+and a stale result that still arrives is dropped. Results are re-emitted from the
+controller's main-thread slot, so widgets and tests connect to
+:attr:`PlanController.outcome_ready` only (pytest-qt's ``waitSignal`` on a worker-thread
+signal fails with "QObject::killTimer: Timers cannot be stopped from another thread",
+pytest-qt #649).
 """
 
 from __future__ import annotations
@@ -73,7 +76,8 @@ class _PlanRunnable(QRunnable):
     def run(self) -> None:
         from planner.plans.search import SearchCancelled
 
-        sweep = error = None
+        sweep = None
+        error: Exception | None = None
         try:
             outcome = compute_main(self.inputs, should_stop=self.cancel.is_set)
             self.signals.main.emit(self.generation, outcome)

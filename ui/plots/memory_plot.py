@@ -2,8 +2,8 @@
 
 One ``BarGraphItem`` per named part (planner.memory.report's labels, shown translated through
 :func:`ui.core_terms.core_text`), created once and updated with
-``setOpts(height=..., y0=...)`` (STYLE.md §1.3.1). Hovering the bar shows the part under
-the mouse in a tooltip.
+``setOpts(height=..., y0=...)`` (the pattern of pyqtgraph's examples/PanningPlot.py).
+Hovering the bar shows the part under the mouse in a tooltip.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from PySide6.QtGui import QCursor
 from PySide6.QtWidgets import QToolTip
 
 from planner.memory.report import COMPONENT_LABELS, OVERHEAD_LABELS
+from planner.units import GIB
 from ui.core_terms import core_text
 from ui.i18n import translate
 from ui.plots.series_plot import settle_view
@@ -24,7 +25,6 @@ from ui.plots.series_plot import settle_view
 if TYPE_CHECKING:
     from planner.plans.result import CandidateMemory
 
-GIB = 2**30
 PARTS: tuple[tuple[str, str], ...] = (
     *((f'components.{k}', v) for k, v in COMPONENT_LABELS.items()),
     *((f'overhead.{k}', v) for k, v in OVERHEAD_LABELS.items()),

@@ -1,6 +1,7 @@
 """Export a plot as PNG (pyqtgraph's ImageExporter) or SVG (Qt's QSvgGenerator).
 
-pyqtgraph 0.14's SVGExporter is broken on current Qt (STYLE.md §2), so SVG goes through
+pyqtgraph 0.14's SVGExporter is broken on current Qt (pyqtgraph #3495, fixed on master
+only), so SVG goes through
 ``QSvgGenerator`` and ``QGraphicsView.render``: true vector output.
 """
 

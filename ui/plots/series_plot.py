@@ -15,13 +15,12 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
 
+from planner.units import GIB
 from ui.i18n import translate
 
 if TYPE_CHECKING:
     from planner.plans.micro_batch_sweep import MicroBatchSweep
 
-DAY = 86_400.0
-GIB = 2**30
 GRID_PEN = '#e4e4e4'
 TOO_BIG_GREY = '#9e9e9e'
 
@@ -138,7 +137,7 @@ class _Series:
             self.marker.setVisible(False)
             return
         log_x = self.item.getViewBox().state['logMode'][0]
-        self.marker.setPos(np.log10(x) if log_x else x)
+        self.marker.setPos(np.log10(shown[0]) if log_x else shown[0])
         self.marker.label.setFormat(label)
         self.marker.setVisible(True)
         self.item.setLabel('bottom', translate('SeriesPlot', '{axis}  (dashed: {marker})').format(
@@ -294,7 +293,8 @@ class MicroBatchPlot(SeriesPlot):
             self.legend.setVisible(bool((~fits).any()))
             settle_view(self.getPlotItem())
         self.set_x_ticks(micro, lambda v: f'{v:.0f}')  # micro-batches are whole
-        hit = np.flatnonzero(micro == selected_micro) if selected_micro is not None else []
+        hit = (np.flatnonzero(micro == selected_micro) if selected_micro is not None
+               else np.zeros(0, int))
         if len(hit):
             self.set_highlight(micro[hit[0]], float(tps[hit[0]]))
         else:

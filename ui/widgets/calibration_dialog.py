@@ -88,7 +88,8 @@ class CalibrationDialog(QDialog):
         layout.addLayout(row)
         self.controller.progress.connect(self._progress)
         self.controller.finished.connect(self._finished)
-        self.result: tuple[str, str, object] | None = None
+        # (status, message, saved profile) of the last run; not QDialog.result()
+        self.last_result: tuple[str, str, object] | None = None
 
     def options(self, python: str | None = None, **extra):
         """The ``CalibrationOptions`` the dialog's fields describe (``python`` overrides
@@ -119,7 +120,7 @@ class CalibrationDialog(QDialog):
         if choice.source == 'path':  # show (and remember) the one found
             self.python_edit.setText(choice.python)
             settings().setValue(PYTHON_SETTING, choice.python)
-        self.result = None
+        self.last_result = None
         self.controller.start(self.options(
             python=None if choice.source == 'self' else choice.python, **extra))
         self.start_button.setEnabled(False)
@@ -135,7 +136,7 @@ class CalibrationDialog(QDialog):
 
     @Slot(str, str, object)
     def _finished(self, status: str, message: str, saved) -> None:
-        self.result = (status, message, saved)
+        self.last_result = (status, message, saved)
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
         text = f'{status}: {core_text(message)}'  # status is a code (ok, cancelled, oom...)

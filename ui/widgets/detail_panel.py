@@ -17,21 +17,20 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QWidget
 
 from planner.memory.report import COMPONENT_LABELS, OVERHEAD_LABELS
+from planner.units import DAY, gib
 from ui.core_terms import core_text
-from ui.i18n import translate
+from ui.i18n import QT_TRANSLATE_NOOP, translate
 
 if TYPE_CHECKING:
     from planner.plans.guidance import Guidance
     from planner.plans.request import PlanRequest
     from planner.plans.result import Candidate
 
-GIB = 2**30
-DAY = 86_400.0
 LABEL_WIDTH = (100, 230)  # the label column's range in pixels; the values get the rest
 
 # Tooltips, translated when shown (DetailPanel._row).
@@ -108,11 +107,6 @@ class _Line:
 class _Section:
     title: str
     lines: list[_Line]
-
-
-def gib(n: float) -> str:
-    """Bytes as GiB."""
-    return f'{n / GIB:,.2f} GiB'
 
 
 def _formula(key: str) -> str:
@@ -196,9 +190,12 @@ class DetailPanel(QTreeWidget):
         if shape == self._shape:
             for i, section in enumerate(sections):
                 item = self.topLevelItem(i)
+                assert item is not None  # the shape on screen has this many sections
                 _set_text(item, 0, section.title)
                 for j, line in enumerate(section.lines):
-                    self._fill(item.child(j), line)
+                    child = item.child(j)
+                    assert child is not None
+                    self._fill(child, line)
             return
         self.clear()
         self._shape = shape
@@ -243,9 +240,9 @@ class DetailPanel(QTreeWidget):
         widest = 0
         for i in range(self.topLevelItemCount()):
             section = self.topLevelItem(i)
-            for j in range(section.childCount()):
-                row = section.child(j)
-                if not row.isFirstColumnSpanned():
+            for j in range(section.childCount() if section is not None else 0):
+                row = section.child(j) if section is not None else None
+                if row is not None and not row.isFirstColumnSpanned():
                     widest = max(widest, metrics.horizontalAdvance(row.text(0)))
         low, high = LABEL_WIDTH
         # rows sit two indentations in (root decoration + section); 16 px of margins
@@ -275,6 +272,8 @@ class DetailPanel(QTreeWidget):
         from planner.memory.model_states import lora_params
 
         lora, model = request.lora, request.model
+        if lora is None:
+            return
         trainable = lora_params(model, lora)
         kind = 'QLoRA' if lora.quantized else 'LoRA'
         self._row(self._sections[-1], 'tuning', translate('DetailPanel', 'fine-tuning'),

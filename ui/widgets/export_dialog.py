@@ -86,6 +86,7 @@ class ExportDialog(QDialog):
         self.tabs = QTabWidget()
         layout.addWidget(self.tabs)
         self.texts: dict[str, str] = {}
+        self._highlighters: list[_Highlighter] = []  # kept alive with their documents
         self.errors: dict[str, str] = {}
         try:
             plan = plan_for(outcome, c)  # what File › Save plan writes
@@ -116,7 +117,7 @@ class ExportDialog(QDialog):
             view.setObjectName(f'export_{name}')
             view.setReadOnly(True)
             view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-            view._highlighter = _Highlighter(view.document())
+            self._highlighters.append(_Highlighter(view.document()))
             page_layout.addWidget(view, 1)
             if result.notes:
                 notes = QLabel('\n'.join(f'• {n}' for n in result.notes))

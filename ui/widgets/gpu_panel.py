@@ -20,13 +20,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from planner.units import GIB
 from ui.core_terms import core_text
 from ui.i18n import translate
 
 if TYPE_CHECKING:
     from planner.hardware.local import HardwareInventory
 
-GIB = 2**30
 
 
 

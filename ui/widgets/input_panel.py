@@ -13,7 +13,7 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -35,7 +35,7 @@ from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.timing.step_time import RECOMPUTE_MODES
 from ui.core_terms import core_text
-from ui.i18n import translate
+from ui.i18n import QT_TRANSLATE_NOOP, translate
 from ui.plan_inputs import PlanInputs
 from ui.widgets.count_edit import CountEdit
 from ui.widgets.field_check import (
@@ -376,8 +376,8 @@ class InputPanel(QScrollArea):
                       self.tuning_combo, self.lora_targets_combo, self.loop_combo,
                       self.loss_combo):
             combo.currentIndexChanged.connect(self._edited)
-        for box in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
-            box.toggled.connect(self._edited)
+        for check in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
+            check.toggled.connect(self._edited)
         self.gpu_combo.currentIndexChanged.connect(self._gpu_picked)
 
     # ---- building --------------------------------------------------------------------
@@ -736,8 +736,9 @@ class InputPanel(QScrollArea):
         except FieldError:
             self.batch_info.setText('')
             return
+        assert seq is not None  # not optional: a blank field raised FieldError
         if self.batch_unit_combo.currentData() == 'tokens':
-            n = value / seq  # type: ignore[operator]
+            n = value / seq
             text = translate('InputPanel', '= {n:,.6g} sequences of {s:,.0f}').format(n=n, s=seq)
             if n != int(n):
                 from planner.plans.no_plan import nice_batches

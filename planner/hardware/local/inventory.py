@@ -156,11 +156,6 @@ class HardwareInventory:
     topology: tuple[LinkInfo, ...] = ()
     taken_at: float = 0.0
 
-    @property
-    def has_gpus(self) -> bool:
-        """At least one GPU is listed."""
-        return bool(self.gpus)
-
     def link(self, a: int, b: int) -> LinkInfo | None:
         """The link between GPUs ``a`` and ``b`` (either order), if known."""
         lo, hi = sorted((a, b))

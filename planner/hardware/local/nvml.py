@@ -32,14 +32,13 @@ from planner.hardware.local.inventory import (
     ProcessInfo,
     Status,
 )
+from planner.messages import Message
 
 __all__ = ['probe', 'shutdown']
 
 log = logging.getLogger(__name__)
 
 # NVML return codes and enums from nvml.h: a stable C ABI, so naming them needs no pynvml.
-_INVALID_ARGUMENT = 2
-_NOT_SUPPORTED = 3
 _NO_PERMISSION = 4
 _DRIVER_NOT_LOADED = 9
 _LIBRARY_NOT_FOUND = 12
@@ -118,23 +117,14 @@ def _open() -> tuple[Any, tuple[Status, str] | None]:
 def _init_failure(exc: Exception) -> tuple[Status, str]:
     code = getattr(exc, 'value', None)
     if code == _LIBRARY_NOT_FOUND:
-        return 'no_driver', ('no NVIDIA driver found (libnvidia-ml.so): this machine has no '
-                             f'NVIDIA GPU or the driver is not installed; {_FALLBACK}')
+        return 'no_driver', Message('nvml.no_driver', fallback=_FALLBACK)
     if code == _DRIVER_NOT_LOADED:
-        return 'driver_mismatch', ('the NVIDIA driver is installed but its kernel module is '
-                                   'not loaded (NVML: Driver Not Loaded): run sudo modprobe '
-                                   f'nvidia or reboot; {_FALLBACK}')
+        return 'driver_mismatch', Message('nvml.driver_not_loaded', fallback=_FALLBACK)
     if code == _LIB_RM_VERSION_MISMATCH:
-        return 'driver_mismatch', ('the NVIDIA driver library and the loaded kernel module '
-                                   'are different versions, usually after a driver upgrade '
-                                   'without a reboot: reboot, or reload the nvidia kernel '
-                                   f'modules; {_FALLBACK}')
+        return 'driver_mismatch', Message('nvml.version_mismatch', fallback=_FALLBACK)
     if code == _NO_PERMISSION:
-        return 'error', ('no permission to open the NVIDIA devices (/dev/nvidia*): add your '
-                         'user to the group that owns them, or in a container pass the GPUs '
-                         f'in (docker run --gpus all); {_FALLBACK}')
-    return 'error', (f'NVML failed to start ({_words(exc)}): nvidia-smi shows whether the '
-                     f'driver works; {_FALLBACK}')
+        return 'error', Message('nvml.no_permission', fallback=_FALLBACK)
+    return 'error', Message('nvml.failed', reason=_words(exc), fallback=_FALLBACK)
 
 
 def _register_atexit() -> None:
@@ -236,7 +226,8 @@ class _Reader:
 
 
 def _memory(r: _Reader, handle: Any) -> Any:
-    attempts = [('nvmlDeviceGetMemoryInfo', 'nvmlDeviceGetMemoryInfo', (handle,), {})]
+    attempts: list[tuple[str, str, tuple, dict]] = [
+        ('nvmlDeviceGetMemoryInfo', 'nvmlDeviceGetMemoryInfo', (handle,), {})]
     if hasattr(r.nv, 'nvmlMemory_v2'):  # v2 separates driver-reserved memory from used
         attempts.insert(0, ('nvmlDeviceGetMemoryInfo_v2', 'nvmlDeviceGetMemoryInfo',
                             (handle,), {'version': r.nv.nvmlMemory_v2}))
@@ -430,9 +421,7 @@ def _summary(gpus: Sequence[GpuInfo], driver: str | None,
     from planner.user_config import user_toml_path
 
     if not gpus:
-        return 'ok', (f'the NVIDIA driver {driver or ""} is loaded but lists no GPUs '
-                      '(nvidia-smi -L lists what it sees; a container needs --gpus); '
-                      f'{_FALLBACK}')
+        return 'ok', Message('nvml.no_gpus', driver=driver or '', fallback=_FALLBACK)
     kinds: dict[str, list[int]] = {}
     for g in gpus:
         kind = (f'{g.name} ({g.catalog or "not in the catalog"})' if g.name else

@@ -1,6 +1,7 @@
 """The batch arithmetic every exporter relies on, checked before anything is written.
 
-LAUNCHERS.md §1::
+The identities (DeepSpeed deepspeed/runtime/config.py ``_batch_assertion``; Megatron-LM
+megatron/training/arguments.py; torchtitan's parallel-dims check)::
 
     world_size     = nodes × gpus_per_node
     model_parallel = tp × pp × cp
@@ -9,7 +10,7 @@ LAUNCHERS.md §1::
 
 Each tool checks a different part of this, or nothing (accelerate floors
 ``num_processes // num_machines`` silently; DeepSpeed compares against whatever world
-size it sees), so batchfit checks all of it itself (§11).
+size it sees), so batchfit checks all of it itself.
 """
 
 from __future__ import annotations

@@ -1,0 +1,20 @@
+"""The defaults every front end shares (CLI flags, app fields, plan files, the Python API).
+
+Each is the choice that needs more memory where real behaviour depends on it, so an
+estimate taken with defaults errs high rather than low.
+"""
+
+from __future__ import annotations
+
+# torch.autocast(bf16) over fp32 master weights: what a plain PyTorch/transformers
+# script does (transformers TrainingArguments(bf16=True)).
+DEFAULT_PRECISION = 'amp-bf16'
+# The stack a single-configuration estimate assumes when none is named (planner.stacks):
+# Hugging Face Trainer/accelerate, PyTorch eager kernels as transformers runs them. A plan
+# search with no stack named searches every stack instead.
+DEFAULT_FRAMEWORK = 'hf'
+DEFAULT_OPTIMIZER = 'adamw'
+DEFAULT_ATTENTION = 'flash'
+# Fraction of GPU memory kept free for what no model predicts (fragmentation, other
+# processes); 5 % is a default until a calibration profile measures the machine.
+DEFAULT_MARGIN_FRACTION = 0.05
