@@ -49,7 +49,8 @@ class PlanInputs:
         nodes: nodes available.
         gpus_per_node: GPUs per node.
         inter_node: catalog network key ('' for the GPU family's default).
-        precision: ``RECIPES`` key.
+        framework: the stack (``planner.stacks``), '' for every stack.
+        precision: ``RECIPES`` key, '' for each stack's own recipe.
         optimizer: ``OPTIMIZERS`` key.
         zero_stages: ZeRO stages to try.
         recompute_modes: recompute modes to try.
@@ -76,7 +77,8 @@ class PlanInputs:
     nodes: int = 1
     gpus_per_node: int = 8
     inter_node: str = ''
-    precision: str = 'amp-bf16'
+    framework: str = ''
+    precision: str = ''
     optimizer: str = 'adamw'
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = ('none', 'selective', 'full')
@@ -136,7 +138,7 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
         global_batch=None if tokens else inputs.batch_value,
         global_batch_tokens=inputs.batch_value if tokens else None, length=length,
         zero_stages=tuple(inputs.zero_stages), recompute_modes=tuple(inputs.recompute_modes),
-        precision=inputs.precision, optimizer=inputs.optimizer,
+        precision=inputs.precision, framework=inputs.framework, optimizer=inputs.optimizer,
         margin_fraction=inputs.margin_percent / 100.0,
         price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k, lora=lora)
 

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
+from planner.stacks import STACKS
 from planner.timing.step_time import RECOMPUTE_MODES
 from ui.core_terms import core_text
 from ui.i18n import translate
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 
 # Field tooltips, translated when shown (InputPanel._add_row).
 TIPS = {
+    'framework': QT_TRANSLATE_NOOP(
+        'InputPanel', 'The software that runs the job: its layouts, ZeRO stages, recompute, '
+        'precision, kernels and launchers. "any" ranks every stack that can run the model.'),
     'model': QT_TRANSLATE_NOOP(
         'InputPanel', 'A preset (type to search: llama-3.1-8b, qwen2.5-7b...), a size such as '
         '7B (a Llama-style shape), or a Hugging Face config.json (Browse, or drop it on the '
@@ -266,7 +270,17 @@ class InputPanel(QScrollArea):
 
         # options: the keys are the CLI's values; their descriptions are item tooltips
         box, form = self._group(translate('InputPanel', 'Options'))
+        self.framework_combo = QComboBox()
+        self.framework_combo.addItem(translate('InputPanel', 'any stack'), '')
+        for key, stack in STACKS.items():
+            self.framework_combo.addItem(f'{core_text(stack.label)} ({key})', key)
+            self.framework_combo.setItemData(self.framework_combo.count() - 1,
+                                             core_text(stack.description),
+                                             Qt.ItemDataRole.ToolTipRole)
+        self._add_row(form, translate('InputPanel', 'stack'), self.framework_combo,
+                      self.framework_combo, TIPS['framework'])
         self.precision_combo = _described_combo(RECIPES)
+        self.precision_combo.insertItem(0, translate('InputPanel', "the stack's own"), '')
         self._add_row(form, translate('InputPanel', 'precision'), self.precision_combo,
                       self.precision_combo, TIPS['precision'])
         self.optimizer_combo = _described_combo(OPTIMIZERS)
@@ -329,6 +343,7 @@ class InputPanel(QScrollArea):
             '--epochs': self.epochs_edit, '--gpu': self.gpu_combo, '--nodes': self.nodes_spin,
             '--gpus-per-node': self.gpus_per_node_spin, '--inter-node': self.inter_node_combo,
             '--precision': self.precision_combo, '--optimizer': self.optimizer_combo,
+            '--framework': self.framework_combo,
             '--zero': self.zero_row, '--recompute': self.recompute_row,
             '--margin': self.margin_spin, '--price': self.price_edit,
             '--base-lr': self.base_lr_edit, '--base-batch': self.base_batch_edit,
@@ -342,7 +357,7 @@ class InputPanel(QScrollArea):
             edit.textChanged.connect(self._edited)
         for combo in (self.batch_unit_combo, self.length_kind_combo, self.gpu_combo,
                       self.inter_node_combo, self.precision_combo, self.optimizer_combo,
-                      self.tuning_combo, self.lora_targets_combo):
+                      self.tuning_combo, self.lora_targets_combo, self.framework_combo):
             combo.currentIndexChanged.connect(self._edited)
         for spin in (self.nodes_spin, self.gpus_per_node_spin, self.margin_spin,
                      self.lora_rank_spin):
@@ -428,7 +443,7 @@ class InputPanel(QScrollArea):
                    self.length_kind_combo, self.gpu_combo, self.inter_node_combo,
                    self.precision_combo, self.optimizer_combo, self.nodes_spin,
                    self.gpus_per_node_spin, self.margin_spin, self.tuning_combo,
-                   self.lora_rank_spin, self.lora_targets_combo,
+                   self.lora_rank_spin, self.lora_targets_combo, self.framework_combo,
                    *self.zero_boxes.values(), *self.recompute_boxes.values()]
         for w in widgets:
             w.blockSignals(True)
@@ -449,6 +464,7 @@ class InputPanel(QScrollArea):
             self.nodes_spin.setValue(inputs.nodes)
             self.gpus_per_node_spin.setValue(inputs.gpus_per_node)
             self._set_combo(self.inter_node_combo, inputs.inter_node)
+            self._set_combo(self.framework_combo, inputs.framework)
             self._set_combo(self.precision_combo, inputs.precision)
             self._set_combo(self.optimizer_combo, inputs.optimizer)
             for z, box in self.zero_boxes.items():
@@ -513,7 +529,8 @@ class InputPanel(QScrollArea):
         values['nodes'] = self.nodes_spin.value()
         values['gpus_per_node'] = self.gpus_per_node_spin.value()
         values['inter_node'] = self.inter_node_combo.currentData() or ''
-        values['precision'] = self.precision_combo.currentData()
+        values['framework'] = self.framework_combo.currentData() or ''
+        values['precision'] = self.precision_combo.currentData() or ''
         values['optimizer'] = self.optimizer_combo.currentData()
         zeros = tuple(z for z, box in self.zero_boxes.items() if box.isChecked())
         if not zeros:
