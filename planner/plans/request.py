@@ -428,9 +428,15 @@ def _per_mode(layout: LayoutArrays, compute, concatenate):
     """``compute(mode, rows)`` for each plan mode present in ``layout``, put back in
     ``layout``'s order (one call when a single mode is present)."""
     codes = np.asarray(layout.mode)
+    if codes.ndim == 0 or codes.size == 0 or codes[0] == codes[-1] and np.all(codes == codes[0]):
+        return compute(int(codes.flat[0]) if codes.size else 0, layout)
+    if np.all(codes[1:] >= codes[:-1]):
+        # the search's grids are in mode order: contiguous slices (views), no reordering
+        present = codes[np.flatnonzero(np.diff(codes, prepend=-1))]
+        bounds = [*np.searchsorted(codes, present), codes.size]
+        return concatenate([compute(int(k), layout.take(slice(a, b)))
+                            for k, a, b in zip(present, bounds[:-1], bounds[1:], strict=True)])
     present = np.unique(codes)
-    if present.size <= 1:
-        return compute(int(present[0]) if present.size else 0, layout)
     groups = [np.flatnonzero(codes == k) for k in present]
     parts = [compute(int(k), layout.take(rows)) for k, rows in zip(present, groups, strict=True)]
     joined = concatenate(parts)
