@@ -428,7 +428,7 @@ def _per_mode(layout: LayoutArrays, compute, concatenate):
     """``compute(mode, rows)`` for each plan mode present in ``layout``, put back in
     ``layout``'s order (one call when a single mode is present)."""
     codes = np.asarray(layout.mode)
-    if codes.ndim == 0 or codes.size == 0 or codes[0] == codes[-1] and np.all(codes == codes[0]):
+    if codes.ndim == 0 or codes.size == 0 or (codes[0] == codes[-1] and np.all(codes == codes[0])):
         return compute(int(codes.flat[0]) if codes.size else 0, layout)
     if np.all(codes[1:] >= codes[:-1]):
         # the search's grids are in mode order: contiguous slices (views), no reordering
