@@ -25,7 +25,13 @@ from planner.memory.peak import (
     tensor_peak_floor,
 )
 from planner.memory.recipes import OPTIMIZERS, RECIPES
-from planner.memory.training import ATTENTION_KINDS, LoraSpec
+from planner.memory.training import (
+    ATTENTION_KINDS,
+    LOOPS,
+    LOSSES,
+    LoraSpec,
+    resolve_loss,
+)
 from planner.models.spec import ModelSpec
 from planner.stacks import STACK_KEYS, STACKS, Stack
 from planner.timing.efficiency import CalibrationProfile
@@ -163,7 +169,10 @@ class PlanRequest:
         framework: the stack (``planner.stacks``) that runs the job: its layouts, ZeRO
             stages, recompute modes, precision, kernels, loss and time defaults. ''
             searches every stack that can run the request and ranks across them.
-        loss: ``hf``, ``megatron`` or '' for the stack's own.
+        loss: ``hf``, ``chunked``, ``vocab-parallel`` (``megatron``) or '' for the
+            stack's own.
+        loop: ``keep-outputs`` or ``trainer`` (what the training loop holds of the
+            model output; ``planner/memory/model_outputs.py``).
         margin_fraction: fraction of GPU memory kept free.
         price_per_gpu_hour_usd: None for the catalog price of ``gpu``.
         sort_by: ``time`` (time-to-train), ``cost``, ``gpus`` or ``headroom``.
@@ -194,6 +203,7 @@ class PlanRequest:
     attention: str = 'flash'
     framework: str = ''
     loss: str = ''
+    loop: str = LOOPS[0]
     margin_fraction: float = 0.05
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
@@ -224,7 +234,7 @@ class PlanRequest:
                              'a list from ' + ', '.join(RECOMPUTE_MODES))
         choices = {'precision': ('', *RECIPES), 'optimizer': tuple(OPTIMIZERS),
                    'attention': ATTENTION_KINDS, 'framework': ('', *STACK_KEYS),
-                   'sort_by': SORT_KEYS, 'loss': ('', 'hf', 'megatron')}
+                   'sort_by': SORT_KEYS, 'loss': LOSSES, 'loop': LOOPS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise InputError(_flag('sort' if name == 'sort_by' else name),
@@ -341,7 +351,8 @@ class PlanRequest:
     @property
     def loss_kind(self) -> str:
         """The loss implementation whose buffers are counted ('' : each stack's own)."""
-        return self.loss or (STACKS[self.framework].loss if self.framework else '')
+        return resolve_loss(self.loss, STACKS[self.framework].loss) if self.framework \
+            else self.loss
 
     @property
     def usable_bytes(self) -> float:
@@ -353,7 +364,8 @@ class PlanRequest:
         m = self.plan_modes()[mode]
         return MemoryOptions(precision=m.precision, optimizer=self.optimizer,
                              attention=self.attention, framework=m.stack,
-                             loss=self.loss or STACKS[m.stack].loss, lora=self.lora)
+                             loss=resolve_loss(self.loss, STACKS[m.stack].loss),
+                             lora=self.lora, loop=self.loop)
 
     def memory_arrays(self, layout: LayoutArrays, parts: bool = False) -> MemoryArrays:
         """The memory model on ``layout``'s candidates, each with its own stack and recipe
@@ -416,7 +428,7 @@ class PlanRequest:
             'precision': self.precision, 'optimizer': self.optimizer,
             'attention': self.attention, 'framework': self.framework, 'loss': self.loss_kind,
             'stacks': [s.key for s in self.stacks()],
-            'margin_fraction': self.margin_fraction,
+            'loop': self.loop, 'margin_fraction': self.margin_fraction,
             'price_per_gpu_hour_usd': self.price, 'sort_by': self.sort_by, 'top_k': self.top_k,
             'limits': self.limits.to_dict(),
             'calibration': None if self.calibration is None else 'given',
