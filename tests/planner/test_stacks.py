@@ -188,3 +188,12 @@ def test_gpt3_175b_with_no_flags_plans_a_megatron_class_layout_in_15_to_45_days(
     assert best.pp > 1
     assert best.zero <= 1
     assert 15 <= best.time_to_train_s / SECONDS_PER_DAY <= 45
+
+
+def test_a_setup_with_no_precision_takes_its_stack_recipe():
+    for key, stack in STACKS.items():
+        for zero in stack.zero_stages:
+            setup = TrainingSetup(seq_len=2048, dp=8, zero=zero, framework=key, precision='')
+            assert setup.precision == stack.recipe_for(zero)
+    assert TrainingSetup(seq_len=2048, dp=8, zero=3, framework='torchtitan',
+                         precision='').precision == 'fsdp-bf16'
