@@ -255,9 +255,16 @@ class PlanRequest:
         """A named stack must run the overrides; with none, some stack must."""
         lora = self.lora is not None
         if self.framework:
-            STACKS[self.framework].check(
-                precision=self.precision, zero_stages=tuple(self.zero_stages),
-                recompute_modes=tuple(self.recompute_modes), lora=lora)
+            stack = STACKS[self.framework]
+            stack.check(precision=self.precision, zero_stages=tuple(self.zero_stages),
+                        recompute_modes=tuple(self.recompute_modes), lora=lora)
+            runs = {'tp': stack.tensor_parallel, 'pp': stack.pipeline_parallel,
+                    'cp': stack.context_parallel, 'vpp': stack.virtual_stages,
+                    'ep': stack.expert_parallel}
+            for axis, runs_it in runs.items():
+                if not runs_it and not self.limits.allowed(axis, np.ones(1, int)).size:
+                    raise InputError(_flag(axis), f'the {stack.key} stack does not run '
+                                     f'{axis} > 1', '1')
         if not self.plan_modes():
             wanted = [f'--precision {self.precision}'] if self.precision else []
             wanted += [f'--zero {",".join(map(str, self.zero_stages))}',

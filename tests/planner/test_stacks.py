@@ -106,6 +106,8 @@ def test_overrides_outside_a_stack_are_refused_naming_the_stack(capsys):
         _request(framework='deepspeed', zero_stages=(2, 3))
     with pytest.raises(InputError, match='hf stack runs none of selective'):
         _request(framework='hf', recompute_modes=('selective',))
+    with pytest.raises(InputError, match='--pp: the hf-deepspeed stack does not run pp > 1'):
+        _request(framework='hf-deepspeed', limits=LayoutLimits(pp=(2,)))
     code = main(['plan', '--model', 'llama-3.2-1b', '--seq-len', '2048', '--gpu', 'h100-sxm',
                  '--global-batch', '64', '--tokens', '1e10', '--framework', 'megatron',
                  '--zero', '3'])
