@@ -79,6 +79,10 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'fp32 tensors, matmuls on TF32 tensor cores'),
     QT_TRANSLATE_NOOP('Core', 'torch.autocast(bf16) over fp32 parameters (HF Trainer --bf16)'),
     QT_TRANSLATE_NOOP('Core', 'torch.autocast(fp16) over fp32 parameters with a GradScaler'),
+    QT_TRANSLATE_NOOP('Core', 'FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam '
+                              '(16 B/param over d), bf16 all-gather and compute, no autocast'),
+    QT_TRANSLATE_NOOP('Core', 'DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an fp32 '
+                              'gradient accumulation buffer with ZeRO 0-1'),
     QT_TRANSLATE_NOOP('Core', 'Megatron/DeepSpeed: bf16 weights, fp32 grads and master '
                               '(18 B/param)'),
     QT_TRANSLATE_NOOP('Core', 'ZeRO paper mixed precision: fp16 weights and grads, fp32 master '

@@ -162,10 +162,11 @@ def memory_estimate_for(outcome: PlanOutcome, c: Candidate):
 
     req = outcome.request
     setup = TrainingSetup(seq_len=req.seq_len, micro_batch=c.micro_batch,
-                          grad_accum=c.grad_accum, precision=c.precision, ep=c.ep,
+                          grad_accum=c.grad_accum, precision=c.precision,
                           optimizer=req.optimizer, zero=c.zero, tp=c.tp, pp=c.pp, vpp=c.vpp,
                           cp=c.cp, dp=c.dp, sequence_parallel=req.limits.sequence_parallel,
                           recompute=c.recompute, attention=req.attention,
-                          framework=c.framework, loss=req.loss, lora=req.lora)
+                          framework=c.framework, loss=req.loss, lora=req.lora, ep=c.ep,
+                          loop=req.loop)
     return estimate(req.model, setup, req.gpu, margin_fraction=req.margin_fraction,
                     overheads=req.overheads)

@@ -90,7 +90,7 @@ def add_memory_option_args(p: argparse.ArgumentParser) -> None:
                         + '; default: plan searches every stack, estimate assumes the '
                         'first that runs the layout')
     p.add_argument('--loss', choices=LOSSES[1:], default='',
-                   help="loss implementation (default: the framework's): hf (fp32 upcast of "
+                   help="loss implementation (default: the stack's): hf (fp32 upcast of "
                         "the logits), chunked (fused/chunked CE such as Liger's), "
                         "vocab-parallel (Megatron's; also spelled megatron)")
     p.add_argument('--loop', choices=LOOPS, default=LOOPS[0],

@@ -279,8 +279,8 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
         layer_act, layer_full, bwd_tmp, top_bwd_tmp = (
             rows.spread(a) for a in (layer_act, layer_full, bwd_tmp, top_bwd_tmp))
         edge, extra = Spread(edge, rows), Spread(extra, rows)
-    # the HF Trainer and hand-written loops hold the output; other stacks' loops return losses
-    loop = opts.loop if opts.framework in ('hf', 'hf-deepspeed') else 'trainer'
+    # Only a user's own loop can hold the output; the other stacks' loops keep the loss.
+    loop = opts.loop if STACKS[opts.framework].user_loop else 'trainer'
     outputs = model_output_bytes(model, r, loop, opts.loss, lora, cfg.micro_batch,
                                  cfg.seq_len, cfg.tp, cfg.cp)
     return _Shared(layer_act=layer_act, layer_full=layer_full, layers=layers,

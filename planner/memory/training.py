@@ -209,9 +209,9 @@ class TrainingSetup:
         return out
 
 
-def resolve_loss(loss: str, framework: str) -> str:
-    """The loss whose buffers are counted: the chosen one, else the framework's."""
-    loss = loss or framework
+def resolve_loss(loss: str, stack_loss: str) -> str:
+    """The loss whose buffers are counted: the chosen one, else the stack's own."""
+    loss = loss or stack_loss
     return 'megatron' if loss == 'vocab-parallel' else loss
 
 

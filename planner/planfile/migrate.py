@@ -12,11 +12,11 @@ Versions:
        ``guidance_inputs``, ``guidance``, ``candidate``, ``calibration``.
     2: ``constraints.lora``: the LoRA/QLoRA settings of a fine-tuning plan (rank, targets,
        base bits), null for full training.
-    3: ``constraints.loop``: the training loop whose hold on the model output is counted
-       (``keep-outputs`` or ``trainer``, ``planner/memory/model_outputs.py``).
-    4: stacks: ``candidate.framework`` (the stack that runs it), ``candidate.precision``
+    3: stacks: ``candidate.framework`` (the stack that runs it), ``candidate.precision``
        (its recipe) and ``candidate.ep`` (expert parallelism); ``constraints.framework``
        and ``constraints.precision`` may be '' (every stack, each stack's own recipe).
+       ``constraints.loop``: the training loop whose hold on the model output is counted
+       (``keep-outputs`` or ``trainer``, ``planner/memory/model_outputs.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from planner.errors import InputError
 
 SCHEMA_PREFIX = 'batchfit.plan/'
-CURRENT_VERSION = 4
+CURRENT_VERSION = 3
 CURRENT_SCHEMA = f'{SCHEMA_PREFIX}{CURRENT_VERSION}'
 _V0_LAYOUT = ('nodes', 'gpus_per_node', 'gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch',
               'grad_accum', 'global_batch', 'zero', 'recompute', 'sequence_parallel')
@@ -131,18 +131,10 @@ def _v1_to_v2(old: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _v2_to_v3(old: dict[str, Any], where: str) -> dict[str, Any]:
-    """Version 2 counted no model output: the loop becomes the default, ``keep-outputs``
-    (the one that needs more memory, so a re-evaluated plan errs on the safe side)."""
-    constraints = old.get('constraints')
-    if not isinstance(constraints, dict):
-        raise InputError(f'{where}: constraints', 'must be a JSON object')
-    return {**old, 'schema': f'{SCHEMA_PREFIX}3',
-            'constraints': {**constraints, 'loop': 'keep-outputs'}}
-
-
-def _v3_to_v4(old: dict[str, Any], where: str) -> dict[str, Any]:
-    """Version 3 planned for one framework and recipe, named in its constraints: the
-    candidate ran with those (``hf`` with amp-bf16 by default), without EP."""
+    """Version 2 planned for one framework and recipe, named in its constraints: the
+    candidate ran with those (``hf`` with amp-bf16 by default), without EP. It counted no
+    model output: the loop becomes ``keep-outputs``, the one that needs more memory, so a
+    re-evaluated plan errs on the safe side."""
     constraints, candidate = old.get('constraints'), old.get('candidate')
     for key, value in (('constraints', constraints), ('candidate', candidate)):
         if not isinstance(value, dict):
@@ -159,10 +151,11 @@ def _v3_to_v4(old: dict[str, Any], where: str) -> dict[str, Any]:
             lora=constraints.get('lora') is not None)
     except (InputError, TypeError):
         searched = {'framework': '', 'precision': ''}
-    return {**old, 'schema': f'{SCHEMA_PREFIX}4', 'constraints': {**constraints, **searched},
+    return {**old, 'schema': f'{SCHEMA_PREFIX}3',
+            'constraints': {**constraints, **searched, 'loop': 'keep-outputs'},
             'candidate': {**candidate, 'framework': framework, 'precision': precision,
                           'ep': 1}}
 
 
 _MIGRATIONS: dict[int, Callable[[dict[str, Any], str], dict[str, Any]]] = {
-    0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+    0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3}

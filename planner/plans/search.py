@@ -219,7 +219,9 @@ def _enumerate_mode(req: PlanRequest, code: int, mode: PlanMode, batch_samples: 
     shard = (sel['dp'] * sel['cp'])[:, None, None]
     z = zeros[None, :, None]
     ok = (z == 0) | (shard > 1)
-    ok = ok & ((sel['pp'] == 1)[:, None, None] | np.isin(z, stack.zero_with_pp))
+    with_pp = np.zeros(4, dtype=bool)  # a lookup, not np.isin (which imports numpy.ma)
+    with_pp[list(stack.zero_with_pp)] = True
+    ok = ok & ((sel['pp'] == 1)[:, None, None] | with_pp[z])
     if not stack.zero0_with_split:
         split = (sel['tp'] * sel['pp'] * sel['cp'] > 1)[:, None, None]
         ok = ok & ((z != 0) | ~split | (shard == 1))

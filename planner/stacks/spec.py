@@ -60,6 +60,11 @@ class Stack:
         allocator_fraction: the caching allocator's reserve over the tensor peak for this
             stack (None: the estimator's default), with what it was fitted on in the
             catalog.
+        user_loop: the user's own training loop runs the step (HF Trainer, accelerate, a
+            plain PyTorch loop), so ``--loop`` decides whether the model output is held
+            through backward. torchtitan's trainer deletes the prediction before backward
+            (pytorch/torchtitan torchtitan/train.py, ``del pred``); Megatron's and
+            DeepSpeed's pipeline schedules keep only the loss.
         launchers: ``planner.export`` formats that run this stack's plans.
         sources: where the facts come from (repository + path).
     """
@@ -89,6 +94,7 @@ class Stack:
     efficiency: str = 'eager'
     dp_overlap: float = 0.8
     allocator_fraction: float | None = None
+    user_loop: bool = False
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     @property

@@ -363,6 +363,14 @@ The details are in the log folder:
         <translation>在 fp32 参数上使用 torch.autocast(fp16)，并配合 GradScaler</translation>
     </message>
     <message>
+        <source>FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam (16 B/param over d), bf16 all-gather and compute, no autocast</source>
+        <translation>FSDP2 MixedPrecisionPolicy：fp32 分片权重、梯度与 Adam（每参数 16 B，除以 d），bf16 all-gather 与计算，无 autocast</translation>
+    </message>
+    <message>
+        <source>DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an fp32 gradient accumulation buffer with ZeRO 0-1</source>
+        <translation>DeepSpeed bf16：bf16 权重与梯度，fp32 主权重 + Adam，ZeRO 0-1 时另有 fp32 梯度累加缓冲</translation>
+    </message>
+    <message>
         <source>Megatron/DeepSpeed: bf16 weights, fp32 grads and master (18 B/param)</source>
         <translation>Megatron/DeepSpeed：bf16 权重，fp32 梯度和主权重（每参数 18 B）</translation>
     </message>
@@ -377,14 +385,6 @@ The details are in the log folder:
     <message>
         <source>Transformer Engine fp8 matmuls over bf16-mixed (18 B/param + fp8 weight copies)</source>
         <translation>在 bf16-mixed 基础上用 Transformer Engine 做 fp8 矩阵乘法（每参数 18 B + fp8 权重副本）</translation>
-    </message>
-    <message>
-        <source>FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam (16 B/param over d), bf16 all-gather and compute, no autocast</source>
-        <translation>FSDP2 MixedPrecisionPolicy：fp32 分片权重、梯度与 Adam（每参数 16 B 除以 d），bf16 全收集与计算，无 autocast</translation>
-    </message>
-    <message>
-        <source>DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an fp32 gradient accumulation buffer with ZeRO 0-1</source>
-        <translation>DeepSpeed bf16：bf16 权重与梯度，fp32 主权重 + Adam，ZeRO 0-1 时另有 fp32 梯度累积缓冲区</translation>
     </message>
     <message>
         <source>Hugging Face</source>
