@@ -31,6 +31,11 @@ def cases() -> dict[str, PlanRequest]:
         '70B, s4096, B1024, 128x8 H100': PlanRequest(
             model=find_preset('llama-3-70b'), seq_len=4096, max_nodes=128, global_batch=1024,
             length=TrainingLength(tokens=2e12), **common),
+        # no --framework: every stack (hf, hf-deepspeed, torchtitan, megatron, deepspeed),
+        # each with its own recipe, ranked together (issue 15 target < 1 s)
+        '70B, s4096, B1024, 128x8 H100, every stack': PlanRequest(
+            model=find_preset('llama-3-70b'), seq_len=4096, max_nodes=128, global_batch=1024,
+            length=TrainingLength(tokens=2e12), gpu=h100, inter_node=ndr, gpus_per_node=8),
         '8B, s8192, B512, 16x8 H100': PlanRequest(
             model=find_preset('llama-3-8b'), seq_len=8192, max_nodes=16, global_batch=512,
             length=TrainingLength(tokens=1e12), **common),

@@ -93,6 +93,25 @@ TERMS: tuple[str, ...] = (
                               '(8 B/param)'),
     QT_TRANSLATE_NOOP('Core', 'Transformer Engine fp8 matmuls over bf16-mixed (18 B/param + '
                               'fp8 weight copies)'),
+    QT_TRANSLATE_NOOP('Core', 'FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam '
+                              '(16 B/param over d), bf16 all-gather and compute, no autocast'),
+    QT_TRANSLATE_NOOP('Core', 'DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an '
+                              'fp32 gradient accumulation buffer with ZeRO 0-1'),
+    # planner.stacks.STACKS labels and descriptions
+    QT_TRANSLATE_NOOP('Core', 'Hugging Face'),
+    QT_TRANSLATE_NOOP('Core', 'HF + DeepSpeed'),
+    QT_TRANSLATE_NOOP('Core', 'torchtitan'),
+    QT_TRANSLATE_NOOP('Core', 'Megatron-LM'),
+    QT_TRANSLATE_NOOP('Core', 'DeepSpeed pipeline'),
+    QT_TRANSLATE_NOOP('Core', 'HF Trainer / accelerate: DDP with autocast, or FSDP2; whole-layer '
+                              'checkpointing; data parallel only'),
+    QT_TRANSLATE_NOOP('Core', 'HF Trainer with DeepSpeed ZeRO 0-3: bf16 module, fp32 master and '
+                              'states, no autocast'),
+    QT_TRANSLATE_NOOP('Core', 'FSDP2/HSDP x TP x PP x CP x EP, bf16 parameters with fp32 '
+                              'reduction, no autocast'),
+    QT_TRANSLATE_NOOP('Core', 'Megatron-Core: TP+SP, PP+VPP, CP, EP, distributed optimizer '
+                              '(ZeRO-1), Transformer Engine kernels'),
+    QT_TRANSLATE_NOOP('Core', 'DeepSpeed engine with its pipeline: TP, PP (1F1B), ZeRO 0-1'),
     # planner.memory.recipes.OPTIMIZERS descriptions
     QT_TRANSLATE_NOOP('Core', 'AdamW: first and second moments'),
     QT_TRANSLATE_NOOP('Core', 'Adam: first and second moments'),

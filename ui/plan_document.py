@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # What ``batchfit plan`` can set but the window does not offer; the window plans with
 # these defaults, and says so when a file used another value.
-_WINDOW_DEFAULTS = {'attention': 'flash', 'framework': 'hf', 'sort_by': 'time'}
+_WINDOW_DEFAULTS = {'attention': 'flash', 'sort_by': 'time'}
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,8 @@ def opened_plan(plan: PlanFile, models_dir: Path | None = None) -> OpenedPlan:
     inputs = defaults.with_changes(
         model=model, seq_len=t.seq_len, batch_value=batch_value, batch_unit=batch_unit,
         gpu=cl.gpu, nodes=cl.max_nodes, gpus_per_node=cl.gpus_per_node,
-        inter_node=cl.inter_node or '', precision=c.precision, optimizer=c.optimizer,
+        inter_node=cl.inter_node or '', precision=c.precision, framework=c.framework,
+        optimizer=c.optimizer,
         zero_stages=tuple(c.zero_stages), recompute_modes=tuple(c.recompute_modes),
         margin_percent=round(c.margin_fraction * 100.0, 6),
         price_per_gpu_hour_usd=c.price_per_gpu_hour_usd, base_lr=g.base_lr,

@@ -50,7 +50,8 @@ class PlanInputs:
         nodes: nodes available.
         gpus_per_node: GPUs per node.
         inter_node: catalog network key ('' for the GPU family's default).
-        precision: ``RECIPES`` key.
+        framework: the stack (``planner.stacks``), '' for every stack.
+        precision: ``RECIPES`` key, '' for each stack's own recipe.
         optimizer: ``OPTIMIZERS`` key.
         zero_stages: ZeRO stages to try.
         recompute_modes: recompute modes to try.
@@ -79,6 +80,7 @@ class PlanInputs:
     nodes: int = 1
     gpus_per_node: int = 8
     inter_node: str = ''
+    framework: str = ''  # every stack
     precision: str = ''  # each stack's own recipe
     optimizer: str = DEFAULT_OPTIMIZER
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -127,7 +129,7 @@ def plan_ask(inputs: PlanInputs, top_k: int = 100) -> PlanAsk:
         epochs=inputs.length_epochs if by_samples else None, nodes=inputs.nodes,
         gpus_per_node=inputs.gpus_per_node, inter_node=inputs.inter_node,
         zero_stages=tuple(inputs.zero_stages), recompute_modes=tuple(inputs.recompute_modes),
-        precision=inputs.precision, optimizer=inputs.optimizer,
+        precision=inputs.precision, framework=inputs.framework, optimizer=inputs.optimizer,
         margin_fraction=inputs.margin_percent / 100.0,
         price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k,
         lora=lora_spec(inputs), loop=inputs.loop, loss=inputs.loss, profile='auto',

@@ -28,6 +28,9 @@ FORMATS: tuple[str, ...] = ('torchrun', 'accelerate', 'deepspeed', 'hf', 'megatr
                             'torchtitan', 'llamafactory', 'slurm')
 
 
+OWN_PRECISION = "each stack's own precision"
+
+
 def add_export_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``batchfit show`` and ``batchfit export``."""
     show = sub.add_parser('show', help='print a saved plan file',
@@ -170,14 +173,16 @@ def show_text(plan: PlanFile, path: str) -> str:
         f'Cluster: up to {cl.max_nodes} x {cl.gpus_per_node} {cl.gpu_name or cl.gpu} '
         f'({cl.gpu})' + (f', {cl.inter_node} between nodes' if cl.inter_node else ''),
         f'Targets: sequence {t.seq_len}, global batch {batch}, data {data}',
-        f'Search: {k.precision} · {k.optimizer} · {k.attention} attention · {k.framework} · '
+        f'Search: {k.precision or OWN_PRECISION} · {k.optimizer} · '
+        f'{k.attention} attention · {k.framework or "every stack"} · '
         f'ZeRO {",".join(map(str, k.zero_stages))} · recompute {",".join(k.recompute_modes)} · '
         f'margin {k.margin_fraction:.0%}',
         *([] if k.lora is None else [lora_text(plan)]),
         f'Chosen: {c.gpus} GPUs on {c.nodes} node(s) of {c.gpus_per_node}: tp/pp/cp/dp '
         f'{c.layout}, micro-batch {c.micro_batch} x accumulation {c.grad_accum} x DP {c.dp} = '
         f'{c.global_batch}, ZeRO {c.zero}, recompute {c.recompute}'
-        + (', sequence parallel' if c.sequence_parallel else ''),
+        + (', sequence parallel' if c.sequence_parallel else '')
+        + f'; stack {c.framework}, {c.precision}',
     ]
     lines += _estimate_lines(e)
     if g.learning_rate is not None:

@@ -283,6 +283,9 @@ def request_warnings(req: PlanRequest) -> list:
         gpus=req.max_nodes * req.gpus_per_node)
 
 
+STACK_OWN_PRECISION = "each stack's own precision"
+
+
 def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
               inter_node_assumed: bool) -> str:
     """The readable report."""
@@ -294,7 +297,7 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
         f'{m.name}: {m.total_params() / 1e9:,.2f} B parameters · sequence {req.seq_len} · '
         f'global batch {batch:,.6g} sequences ({batch * req.seq_len:,.0f} tokens)',
         f'Cluster: up to {req.max_nodes} x {req.gpus_per_node} {gpu.name}{link}',
-        f'{req.precision or "own precision per stack"} · {req.optimizer} · {req.attention} '
+        f'{req.precision or STACK_OWN_PRECISION} · {req.optimizer} · {req.attention} '
         f'attention · stacks {", ".join(s.key for s in req.stacks())} · '
         f'margin {req.margin_fraction:.0%} · ${req.price:.2f}/GPU-hour',
     ]

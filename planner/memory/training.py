@@ -155,6 +155,10 @@ class TrainingSetup:
     extra: dict[str, float] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        if self.precision == '' and self.framework in STACKS:
+            # '': the stack's own recipe at this ZeRO stage (``--framework`` implies it)
+            object.__setattr__(self, 'precision', STACKS[self.framework].recipe_for(
+                self.zero, self.lora is not None))
         for name in ('seq_len', 'micro_batch', 'grad_accum', 'tp', 'pp', 'vpp', 'cp', 'ep', 'dp'):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):

@@ -264,9 +264,16 @@ class PlanRequest:
         """A named stack must run the overrides; with none, some stack must."""
         lora = self.lora is not None
         if self.framework:
-            STACKS[self.framework].check(
-                precision=self.precision, zero_stages=tuple(self.zero_stages),
-                recompute_modes=tuple(self.recompute_modes), lora=lora)
+            stack = STACKS[self.framework]
+            stack.check(precision=self.precision, zero_stages=tuple(self.zero_stages),
+                        recompute_modes=tuple(self.recompute_modes), lora=lora)
+            runs = {'tp': stack.tensor_parallel, 'pp': stack.pipeline_parallel,
+                    'cp': stack.context_parallel, 'vpp': stack.virtual_stages,
+                    'ep': stack.expert_parallel}
+            for axis, runs_it in runs.items():
+                if not runs_it and not self.limits.allowed(axis, np.ones(1, int)).size:
+                    raise InputError(_flag(axis), f'the {stack.key} stack does not run '
+                                     f'{axis} > 1', '1')
         if not self.plan_modes():
             wanted = [f'--precision {self.precision}'] if self.precision else []
             wanted += [f'--zero {",".join(map(str, self.zero_stages))}',
@@ -448,10 +455,16 @@ def _per_mode(layout: LayoutArrays, compute, concatenate):
     """``compute(mode, rows)`` for each plan mode present in ``layout``, put back in
     ``layout``'s order (one call when a single mode is present)."""
     codes = np.asarray(layout.mode)
+    if codes.ndim == 0 or codes.size == 0 or bool(np.all(codes == codes.flat[0])):
+        return compute(int(codes.flat[0]) if codes.size else 0, layout)
+    if np.all(codes[1:] >= codes[:-1]):
+        # the search's grids are in mode order: contiguous slices (views), no reordering
+        present = codes[np.flatnonzero(np.diff(codes, prepend=-1))]
+        bounds = [*np.searchsorted(codes, present), codes.size]
+        return concatenate([compute(int(k), layout.take(slice(a, b)))
+                            for k, a, b in zip(present, bounds[:-1], bounds[1:], strict=True)])
     # not np.unique: its masked-array check imports numpy.ma (20 ms of the app's start)
-    present = np.flatnonzero(np.bincount(codes.ravel())) if codes.size else codes.ravel()
-    if present.size <= 1:
-        return compute(int(present[0]) if present.size else 0, layout)
+    present = np.flatnonzero(np.bincount(codes.ravel()))
     groups = [np.flatnonzero(codes == k) for k in present]
     parts = [compute(int(k), layout.take(rows)) for k, rows in zip(present, groups, strict=True)]
     joined = concatenate(parts)

@@ -3,14 +3,17 @@
 Given a model, a sequence length, a cluster and a target global batch B, the search
 enumerates every candidate
 
-    (nodes, GPUs per node, TP, PP, virtual stages, CP, DP, micro-batch, accumulation,
-     ZeRO stage, recompute mode)
+    (stack, nodes, GPUs per node, TP, PP, virtual stages, CP, DP, EP, micro-batch,
+     accumulation, ZeRO stage, recompute mode)
 
 with ``tp * pp * cp * dp == GPUs used`` and ``micro_batch * grad_accum * dp == B``
 exactly, builds them as numpy arrays (broadcasting and masks, no Python loop per
-candidate), prices the memory of the whole grid with ONE call of
-:func:`planner.memory.peak.estimate_arrays`, times the candidates that fit with ONE call
-of :func:`planner.timing.step_time.step_time_arrays`, and ranks them.
+candidate), prices the memory of the whole grid with one call of
+:func:`planner.memory.peak.estimate_arrays` per (stack, recipe) mode
+(``PlanRequest.plan_modes``: the stack decides the layouts, ZeRO stages, recompute modes
+and recipe its candidates may have; ``planner.stacks``), times the candidates that fit
+with one call of :func:`planner.timing.step_time.step_time_arrays` per mode, and ranks
+them all together.
 
 Rules a candidate obeys (Megatron-LM's, megatron/training/arguments.py and
 megatron/core/parallel_state.py; Narayanan et al. 2021 §3):
@@ -21,7 +24,11 @@ megatron/core/parallel_state.py; Narayanan et al. 2021 §3):
   stages need ``pp > 1``, ``grad_accum % pp == 0`` and a whole number of layers per
   chunk;
 * CP splits the sequence into ``2 * cp`` load-balanced chunks (``seq_len % 2cp == 0``);
-* ZeRO stages above 0 only where there is something to shard (``dp * cp > 1``);
+* ZeRO stages above 0 only where there is something to shard (``dp * cp > 1``); with a
+  pipeline only those the stack runs there (DeepSpeed's pipeline engine and Megatron's
+  distributed optimizer: ZeRO <= 1); ZeRO-0 beside TP/PP/CP only where the stack composes
+  them (torchtitan does not);
+* EP (MoE models, stacks with EP) divides the experts and ``dp * cp``;
 * with ``request.lora`` (LoRA/QLoRA fine-tuning) TP = PP = CP = 1: PEFT runs data
   parallel only (DDP, ZeRO 1-3 or FSDP), and an LLM.int8 base cannot be sharded by
   ZeRO-3 (bitsandbytes shards only 4-bit weights), so it gets ZeRO 0-2;

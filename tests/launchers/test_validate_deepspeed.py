@@ -62,3 +62,22 @@ def test_lora_plan_config_accepted(tmp_path, zero):
     config = deepspeed_config(str(path), dp=plan.candidate.dp)
     assert config.train_batch_size == 256
     assert config.zero_optimization_stage == zero
+
+
+@pytest.mark.parametrize(('tp', 'pp', 'zero'), [(1, 1, 0), (2, 2, 1), (1, 4, 0)])
+def test_deepspeed_stack_plans_are_accepted_as_planned(tmp_path, tp, pp, zero):
+    """The pipeline engine's plans (ZeRO <= 1 with PP): the config DeepSpeed accepts, with
+    the fp32 gradient accumulation the plan's memory counted."""
+    plan = make_plan(nodes=4, tp=tp, pp=pp, micro_batch=1, zero=zero, global_batch=256,
+                     framework='deepspeed')
+    c = plan.candidate
+    assert (c.framework, c.precision) == ('deepspeed', 'ds-bf16')
+    exported = export_plan(plan, 'deepspeed')
+    path = tmp_path / exported.filename
+    path.write_text(exported.text)
+    config = deepspeed_config(str(path), dp=c.dp)
+    assert config.zero_optimization_stage == zero
+    assert config.bfloat16_config.enabled
+    assert json.loads(exported.text)['data_types'] == {'grad_accum_dtype': 'fp32'}
+    if pp > 1:
+        assert any('PipelineModule' in note for note in exported.notes)

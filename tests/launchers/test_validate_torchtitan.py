@@ -46,14 +46,14 @@ def check_types(config) -> None:
 
 
 @pytest.mark.parametrize(('tp', 'pp', 'vpp', 'zero', 'recompute'), [
-    (1, 1, 1, 2, 'none'), (1, 1, 1, 3, 'full'), (2, 2, 1, 1, 'selective'),
-    (2, 2, 2, 3, 'none'), (1, 2, 1, 0, 'full')])
+    (1, 1, 1, 2, 'selective'), (1, 1, 1, 3, 'full'), (2, 2, 1, 3, 'selective'),
+    (2, 2, 2, 3, 'none'), (1, 2, 1, 2, 'full')])
 def test_config_and_parallel_dims(tmp_path, tp, pp, vpp, zero, recompute):
     from torchtitan.distributed.parallel_dims import ParallelDims
 
     plan = make_plan(model='llama-3.1-8b', nodes=4, tp=tp, pp=pp, vpp=vpp, zero=zero,
                      recompute=recompute, micro_batch=1, global_batch=256, seq_len=4096,
-                     framework='megatron', precision='bf16-mixed')
+                     framework='torchtitan')
     exported = export_plan(plan, 'torchtitan')
     config = job_config(tmp_path, exported.text)
     check_types(config)
@@ -77,6 +77,10 @@ def test_config_and_parallel_dims(tmp_path, tp, pp, vpp, zero, recompute):
     assert (config.model.name, config.model.flavor) == ('llama3', '8B')
     assert config.lr_scheduler.warmup_steps == plan.guidance.warmup_steps
     assert config.activation_checkpoint.mode == recompute
+    # the plan's own recipe: FSDP2 MixedPrecisionPolicy(param bf16, reduce fp32)
+    assert c.framework == 'torchtitan'
+    assert c.precision == 'fsdp-bf16'
+    assert (t.mixed_precision_param, t.mixed_precision_reduce) == ('bfloat16', 'float32')
     with pytest.raises((AssertionError, ValueError), match='Invalid parallel dims'):
         ParallelDims(dp_shard=p.data_parallel_shard_degree,
                      dp_replicate=p.data_parallel_replicate_degree, cp=1, tp=tp, pp=pp, ep=1,

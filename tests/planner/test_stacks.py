@@ -107,6 +107,8 @@ def test_overrides_outside_a_stack_are_refused_naming_the_stack(capsys):
         _request(framework='deepspeed', zero_stages=(2, 3))
     with pytest.raises(InputError, match='hf stack runs none of selective'):
         _request(framework='hf', recompute_modes=('selective',))
+    with pytest.raises(InputError, match='--pp: the hf-deepspeed stack does not run pp > 1'):
+        _request(framework='hf-deepspeed', limits=LayoutLimits(pp=(2,)))
     code = main(['plan', '--model', 'llama-3.2-1b', '--seq-len', '2048', '--gpu', 'h100-sxm',
                  '--global-batch', '64', '--tokens', '1e10', '--framework', 'megatron',
                  '--zero', '3'])
@@ -189,3 +191,12 @@ def test_gpt3_175b_with_no_flags_plans_a_megatron_class_layout_in_15_to_45_days(
     assert best.pp > 1
     assert best.zero <= 1
     assert 15 <= best.time_to_train_s / DAY <= 45
+
+
+def test_a_setup_with_no_precision_takes_its_stack_recipe():
+    for key, stack in STACKS.items():
+        for zero in stack.zero_stages:
+            setup = TrainingSetup(seq_len=2048, dp=8, zero=zero, framework=key, precision='')
+            assert setup.precision == stack.recipe_for(zero)
+    assert TrainingSetup(seq_len=2048, dp=8, zero=3, framework='torchtitan',
+                         precision='').precision == 'fsdp-bf16'

@@ -282,6 +282,7 @@ def _core_labels() -> set[str]:
     from planner.memory.peak import PHASES
     from planner.memory.recipes import OPTIMIZERS, RECIPES
     from planner.memory.report import COMPONENT_LABELS, OVERHEAD_LABELS
+    from planner.stacks import STACKS
     from planner.timing.step_time import RECOMPUTE_MODES
     from ui.plan_compute import compute_plan
     from ui.plan_inputs import PlanInputs
@@ -292,7 +293,8 @@ def _core_labels() -> set[str]:
             *(k.removesuffix('_s').replace('_', ' ') for k in c.step_breakdown_s),
             *(r.description for r in RECIPES.values()),
             *(o.description for o in OPTIMIZERS.values()),
-            *(e.summary for e in EXPORTERS.values()), *STAGES}
+            *(e.summary for e in EXPORTERS.values()), *STAGES,
+            *(s.label for s in STACKS.values()), *(s.description for s in STACKS.values())}
 
 
 def test_every_core_label_is_a_term():

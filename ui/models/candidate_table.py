@@ -44,7 +44,7 @@ _ALIGN = int(Qt.ItemDataRole.TextAlignmentRole)
 _FOREGROUND = int(Qt.ItemDataRole.ForegroundRole)
 _TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
 _RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-_LEFT_ALIGNED = frozenset({'layout', 'recompute'})
+_LEFT_ALIGNED = frozenset({'layout', 'recompute', 'stack'})
 
 
 
@@ -129,6 +129,9 @@ COLUMNS: tuple[Column, ...] = (
            QT_TRANSLATE_NOOP('CandidateTableModel', 'On the time-to-train vs GPU-hours front'),
            lambda c: 'yes' if c.on_pareto else '',
            lambda v: translate('CandidateTableModel', 'yes') if v else ''),
+    Column('stack', QT_TRANSLATE_NOOP('CandidateTableModel', 'stack'), QT_TRANSLATE_NOOP(
+        'CandidateTableModel', 'The software that runs the plan (its precision, recompute and '
+        'launchers)'), lambda c: c.framework, str),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 

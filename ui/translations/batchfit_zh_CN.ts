@@ -92,6 +92,14 @@ The details are in the log folder:
         <translation>按训练时长排名（时长相近时，更简单的布局排在前面）</translation>
     </message>
     <message>
+        <source>stack</source>
+        <translation>技术栈</translation>
+    </message>
+    <message>
+        <source>The software that runs the plan (its precision, recompute and launchers)</source>
+        <translation>运行该方案的软件（其精度、重计算与启动器）</translation>
+    </message>
+    <message>
         <source>GPUs</source>
         <translation>GPU 数</translation>
     </message>
@@ -377,6 +385,46 @@ The details are in the log folder:
     <message>
         <source>Transformer Engine fp8 matmuls over bf16-mixed (18 B/param + fp8 weight copies)</source>
         <translation>在 bf16-mixed 基础上用 Transformer Engine 做 fp8 矩阵乘法（每参数 18 B + fp8 权重副本）</translation>
+    </message>
+    <message>
+        <source>Hugging Face</source>
+        <translation>Hugging Face</translation>
+    </message>
+    <message>
+        <source>HF + DeepSpeed</source>
+        <translation>HF + DeepSpeed</translation>
+    </message>
+    <message>
+        <source>torchtitan</source>
+        <translation>torchtitan</translation>
+    </message>
+    <message>
+        <source>Megatron-LM</source>
+        <translation>Megatron-LM</translation>
+    </message>
+    <message>
+        <source>DeepSpeed pipeline</source>
+        <translation>DeepSpeed 流水线</translation>
+    </message>
+    <message>
+        <source>HF Trainer / accelerate: DDP with autocast, or FSDP2; whole-layer checkpointing; data parallel only</source>
+        <translation>HF Trainer / accelerate：带 autocast 的 DDP，或 FSDP2；整层检查点；仅数据并行</translation>
+    </message>
+    <message>
+        <source>HF Trainer with DeepSpeed ZeRO 0-3: bf16 module, fp32 master and states, no autocast</source>
+        <translation>HF Trainer 配合 DeepSpeed ZeRO 0-3：bf16 模块，fp32 主权重与状态，无 autocast</translation>
+    </message>
+    <message>
+        <source>FSDP2/HSDP x TP x PP x CP x EP, bf16 parameters with fp32 reduction, no autocast</source>
+        <translation>FSDP2/HSDP × TP × PP × CP × EP，bf16 参数、fp32 归约，无 autocast</translation>
+    </message>
+    <message>
+        <source>Megatron-Core: TP+SP, PP+VPP, CP, EP, distributed optimizer (ZeRO-1), Transformer Engine kernels</source>
+        <translation>Megatron-Core：TP+SP、PP+VPP、CP、EP，分布式优化器（ZeRO-1），Transformer Engine 内核</translation>
+    </message>
+    <message>
+        <source>DeepSpeed engine with its pipeline: TP, PP (1F1B), ZeRO 0-1</source>
+        <translation>DeepSpeed 引擎及其流水线：TP、PP（1F1B）、ZeRO 0-1</translation>
     </message>
     <message>
         <source>AdamW: first and second moments</source>
@@ -732,6 +780,10 @@ The details are in the log folder:
     <message>
         <source>Layout #{rank}</source>
         <translation>并行布局 #{rank}</translation>
+    </message>
+    <message>
+        <source>stack</source>
+        <translation>技术栈</translation>
     </message>
     <message>
         <source>GPUs</source>
@@ -1194,6 +1246,10 @@ The details are in the log folder:
         <translation>每个优化器步的目标全局批量 = 微批量 × 梯度累积 × 数据并行规模。以序列或 token 为单位（token 数须为序列长度的整数倍）；切换单位时数值随之换算。后缀与命令行相同：k、M、G（或 B）、T 为 10 的幂；Ki、Mi、Gi、Ti 为 2 的幂（4Mi = 4,194,304）。</translation>
     </message>
     <message>
+        <source>The software that runs the job: its layouts, ZeRO stages, recompute, precision, kernels and launchers. &quot;any&quot; ranks every stack that can run the model.</source>
+        <translation>运行训练任务的软件：其布局、ZeRO 阶段、重计算、精度、内核与启动器。“任意”会对所有能运行该模型的技术栈一起排序。</translation>
+    </message>
+    <message>
         <source>Full training updates every weight. LoRA trains small rank-r adapters on a frozen 16-bit base; QLoRA on a 4-bit NF4 base (bitsandbytes). Both run data parallel with ZeRO/FSDP, as PEFT does: no TP, PP or CP.</source>
         <translation>全量训练更新所有权重。LoRA 在冻结的 16 位基座上训练秩为 r 的小型适配器；QLoRA 的基座为 4 位 NF4（bitsandbytes）。两者都像 PEFT 一样以数据并行加 ZeRO/FSDP 运行：不使用 TP、PP 或 CP。</translation>
     </message>
@@ -1270,6 +1326,18 @@ The details are in the log folder:
     <message>
         <source>Options</source>
         <translation>选项</translation>
+    </message>
+    <message>
+        <source>any stack</source>
+        <translation>任意技术栈</translation>
+    </message>
+    <message>
+        <source>stack</source>
+        <translation>技术栈</translation>
+    </message>
+    <message>
+        <source>the stack&apos;s own</source>
+        <translation>技术栈自身的精度</translation>
     </message>
     <message>
         <source>precision</source>

@@ -22,6 +22,7 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QWidget
 
 from planner.memory.report import COMPONENT_LABELS, OVERHEAD_LABELS
+from planner.stacks import STACKS
 from planner.units import DAY, gib
 from ui.core_terms import core_text
 from ui.i18n import QT_TRANSLATE_NOOP, translate
@@ -250,6 +251,10 @@ class DetailPanel(QTreeWidget):
 
     def _layout_section(self, c: Candidate) -> None:
         s = self._section(translate('DetailPanel', 'Layout #{rank}').format(rank=c.rank))
+        stack = STACKS[c.framework]
+        self._row(s, 'stack', translate('DetailPanel', 'stack'),
+                  f'{core_text(stack.label)} ({c.framework}) · {c.precision}',
+                  core_text(stack.description))
         self._row(s, 'gpus', translate('DetailPanel', 'GPUs'),
                   translate('DetailPanel', '{gpus} = {nodes} node(s) × {per_node}').format(
                       gpus=c.gpus, nodes=c.nodes, per_node=c.gpus_per_node),

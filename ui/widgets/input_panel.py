@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from planner import limits
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
+from planner.stacks import STACKS
 from planner.timing.step_time import RECOMPUTE_MODES
 from ui.core_terms import core_text
 from ui.i18n import QT_TRANSLATE_NOOP, translate
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
 
 # Field tooltips, translated when shown (InputPanel._add_row).
 TIPS = {
+    'framework': QT_TRANSLATE_NOOP(
+        'InputPanel', 'The software that runs the job: its layouts, ZeRO stages, recompute, '
+        'precision, kernels and launchers. "any" ranks every stack that can run the model.'),
     'model': QT_TRANSLATE_NOOP(
         'InputPanel', 'A preset (type to search: llama-3.1-8b, qwen2.5-7b...), a size such as '
         '7B (a Llama-style shape), or a Hugging Face config.json (Browse, or drop it on the '
@@ -281,7 +285,17 @@ class InputPanel(QScrollArea):
 
         # options: the keys are the CLI's values; their descriptions are item tooltips
         box, form = self._group(translate('InputPanel', 'Options'))
+        self.framework_combo = QComboBox()
+        self.framework_combo.addItem(translate('InputPanel', 'any stack'), '')
+        for key, stack in STACKS.items():
+            self.framework_combo.addItem(f'{core_text(stack.label)} ({key})', key)
+            self.framework_combo.setItemData(self.framework_combo.count() - 1,
+                                             core_text(stack.description),
+                                             Qt.ItemDataRole.ToolTipRole)
+        self._add_row(form, translate('InputPanel', 'stack'), self.framework_combo,
+                      self.framework_combo, TIPS['framework'])
         self.precision_combo = _described_combo(RECIPES)
+        self.precision_combo.insertItem(0, translate('InputPanel', "the stack's own"), '')
         self._add_row(form, translate('InputPanel', 'precision'), self.precision_combo,
                       self.precision_combo, TIPS['precision'])
         self.optimizer_combo = _described_combo(OPTIMIZERS)
@@ -356,6 +370,7 @@ class InputPanel(QScrollArea):
             '--epochs': self.epochs_edit, '--gpu': self.gpu_combo, '--nodes': self.nodes_spin,
             '--gpus-per-node': self.gpus_per_node_spin, '--inter-node': self.inter_node_combo,
             '--precision': self.precision_combo, '--optimizer': self.optimizer_combo,
+            '--framework': self.framework_combo,
             '--zero': self.zero_row, '--recompute': self.recompute_row,
             '--margin': self.margin_spin, '--price': self.price_edit,
             '--base-lr': self.base_lr_edit, '--base-batch': self.base_batch_edit,
@@ -374,7 +389,7 @@ class InputPanel(QScrollArea):
         for combo in (self.length_kind_combo, self.gpu_combo,
                       self.inter_node_combo, self.precision_combo, self.optimizer_combo,
                       self.tuning_combo, self.lora_targets_combo, self.loop_combo,
-                      self.loss_combo):
+                      self.loss_combo, self.framework_combo):
             combo.currentIndexChanged.connect(self._edited)
         for check in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
             check.toggled.connect(self._edited)
@@ -466,7 +481,8 @@ class InputPanel(QScrollArea):
                    self.precision_combo, self.optimizer_combo, self.nodes_spin,
                    self.gpus_per_node_spin, self.margin_spin, self.tuning_combo,
                    self.lora_rank_spin, self.lora_targets_combo, self.loop_combo,
-                   self.loss_combo, *self.zero_boxes.values(), *self.recompute_boxes.values()]
+                   self.loss_combo, self.framework_combo, *self.zero_boxes.values(),
+                   *self.recompute_boxes.values()]
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -486,6 +502,7 @@ class InputPanel(QScrollArea):
             self.nodes_spin.setValue(inputs.nodes)
             self.gpus_per_node_spin.setValue(inputs.gpus_per_node)
             self._set_combo(self.inter_node_combo, inputs.inter_node)
+            self._set_combo(self.framework_combo, inputs.framework)
             self._set_combo(self.precision_combo, inputs.precision)
             self._set_combo(self.optimizer_combo, inputs.optimizer)
             self._set_combo(self.loop_combo, inputs.loop)
@@ -562,7 +579,8 @@ class InputPanel(QScrollArea):
                     'InputPanel', '{gpus:,} GPUs in all is too many (allowed: up to '
                     '{most:,})').format(gpus=gpus, most=limits.MAX_GPUS)
         values['inter_node'] = self.inter_node_combo.currentData() or ''
-        values['precision'] = self.precision_combo.currentData()
+        values['framework'] = self.framework_combo.currentData() or ''
+        values['precision'] = self.precision_combo.currentData() or ''
         values['optimizer'] = self.optimizer_combo.currentData()
         values['loop'] = self.loop_combo.currentData()
         values['loss'] = self.loss_combo.currentData() or ''
