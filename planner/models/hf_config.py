@@ -274,14 +274,14 @@ def _gemma(cfg: Config) -> dict[str, Any]:
 
 def _gemma2(cfg: Config) -> dict[str, Any]:
     # pre and post norm on both blocks; soft-capping unless the config turns it off
-    return {**_gemma(cfg), 'norms_per_layer': 4,
+    return {**_gemma(cfg), 'norms_per_layer': 4, 'attention_masks': 2,
             'attn_softcap': cfg.get('attn_logit_softcapping', 50.0) is not None,
             'final_logit_softcap': cfg.get('final_logit_softcapping', 30.0) is not None}
 
 
 def _gemma3_text(cfg: Config) -> dict[str, Any]:
     # Gemma-3 dropped soft-capping (its config keeps the keys, null by default)
-    return {**_gemma(cfg), 'norms_per_layer': 4, 'qk_norm': True,
+    return {**_gemma(cfg), 'norms_per_layer': 4, 'qk_norm': True, 'attention_masks': 2,
             'attn_softcap': cfg.get('attn_logit_softcapping') is not None,
             'final_logit_softcap': cfg.get('final_logit_softcapping') is not None,
             'max_position_embeddings': _int(cfg, 'max_position_embeddings', 131072)}
