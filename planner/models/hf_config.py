@@ -291,7 +291,7 @@ def _phi3(cfg: Config) -> dict[str, Any]:
     # Fused qkv_proj and gate_up_proj hold exactly the weights of separate ones.
     return {**_llama_like(cfg, tie=False, max_positions=4096),
             'hidden_dropout': _prob(cfg, 'resid_pdrop'), 'fused_qkv': True,
-            'fused_gate_up': True}
+            'fused_gate_up': True, 'rotary_cat': True}
 
 
 def _olmo2(cfg: Config) -> dict[str, Any]:
@@ -328,6 +328,7 @@ def _gpt_neox(cfg: Config) -> dict[str, Any]:
     return {**values, 'gated_mlp': False, 'norm': 'layernorm', 'qkv_bias': bias,
             'attn_out_bias': bias, 'mlp_bias': True, 'fused_qkv': True,
             'parallel_residual': _bool(cfg, 'use_parallel_residual', True),
+            'rotary_cat': True,
             'hidden_dropout': _prob(cfg, 'hidden_dropout')}
 
 
