@@ -393,6 +393,7 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
         f'global batch {batch:,.6g} sequences ({batch * req.seq_len:,.0f} tokens)',
         f'Cluster: up to {req.max_nodes} x {req.gpus_per_node} {gpu.name}{link}',
         f'{req.precision} · {req.optimizer} · {req.attention} attention · {req.framework} · '
+        f'loop {req.loop} · loss {req.loss_kind} · '
         f'margin {req.margin_fraction:.0%} · ${req.price:.2f}/GPU-hour',
     ]
     if req.lora is not None:
