@@ -27,6 +27,10 @@ from typing import Any
 
 from planner.models.spec import ModelSpec
 
+# The proxy's step (probes.train_step) keeps only the loss, as the HF Trainer does: its
+# estimates count no held model output (planner/memory/model_outputs.py).
+PROXY_LOOP = 'trainer'
+
 # Precision recipes the proxy can run (plain PyTorch; Megatron's bf16-mixed and
 # Transformer Engine's fp8 need their frameworks).
 PROXY_PRECISIONS: tuple[str, ...] = ('fp32', 'tf32', 'amp-bf16', 'amp-fp16', 'bf16')
