@@ -151,6 +151,12 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
             # all of it alive while rotary makes q and k anew (transformers' Phi-3 and
             # GPT-NeoX split qkv by slicing; GPT-2's q and k are views of it too)
             sharded += e * (q + kv)
+        if m.rotary_cat:
+            # Partial rotary ends in torch.cat, so q is laid out (b, heads, s, d) and so is
+            # the kernel's output (its memory follows q's: ``empty_like``); the
+            # ``transpose(1, 2).contiguous()`` before o_proj is then a copy, which o_proj
+            # saves (transformers' Phi-3 and GPT-NeoX ``apply_rotary_pos_emb``)
+            sharded += e * q
     per_head = 0.0
     if m.qk_norm:
         # q and k normalised per head (or over all heads): the fp32 view of the

@@ -283,7 +283,12 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
     fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c, r, lora)
     if lora is None:
         zero = np.zeros(())
-        extra = _LoraExtras(first_delta=zero, fwd_tmp=fwd_tmp, layer_fwd_tmp=zero,
+        # Eager attention's (b, 1, s, s) masks, in the residual stream's dtype, are inputs
+        # of every checkpointed layer and so live until the bottom layer's backward
+        # (transformers' masking_utils builds one per kind: causal, sliding-window).
+        masks = np.where((at.recompute == 2) & (opts.attention == 'eager'),
+                         model.attention_masks * r.residual_bytes * b * s * s / c, 0.0)
+        extra = _LoraExtras(first_delta=masks, fwd_tmp=fwd_tmp, layer_fwd_tmp=zero,
                             forward_mask=zero, recompute_tmp=zero, top_rebuilt=layer_full,
                             bottom_rebuilt=layer_full)
     else:

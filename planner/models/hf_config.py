@@ -304,14 +304,14 @@ def _gemma(cfg: Config) -> dict[str, Any]:
 
 def _gemma2(cfg: Config) -> dict[str, Any]:
     # pre and post norm on both blocks; soft-capping unless the config turns it off
-    return {**_gemma(cfg), 'norms_per_layer': 4,
+    return {**_gemma(cfg), 'norms_per_layer': 4, 'attention_masks': 2,
             'attn_softcap': cfg.get('attn_logit_softcapping', 50.0) is not None,
             'final_logit_softcap': cfg.get('final_logit_softcapping', 30.0) is not None}
 
 
 def _gemma3_text(cfg: Config) -> dict[str, Any]:
     # Gemma-3 dropped soft-capping (its config keeps the keys, null by default)
-    return {**_gemma(cfg), 'norms_per_layer': 4, 'qk_norm': True,
+    return {**_gemma(cfg), 'norms_per_layer': 4, 'qk_norm': True, 'attention_masks': 2,
             'attn_softcap': cfg.get('attn_logit_softcapping') is not None,
             'final_logit_softcap': cfg.get('final_logit_softcapping') is not None,
             'max_position_embeddings': _int(cfg, 'max_position_embeddings', 131072)}
@@ -321,7 +321,7 @@ def _phi3(cfg: Config) -> dict[str, Any]:
     # Fused qkv_proj and gate_up_proj hold exactly the weights of separate ones.
     return {**_llama_like(cfg, tie=False, max_positions=4096),
             'hidden_dropout': _prob(cfg, 'resid_pdrop'), 'fused_qkv': True,
-            'fused_gate_up': True}
+            'fused_gate_up': True, 'rotary_cat': True}
 
 
 def _olmo2(cfg: Config) -> dict[str, Any]:
@@ -358,6 +358,7 @@ def _gpt_neox(cfg: Config) -> dict[str, Any]:
     return {**values, 'gated_mlp': False, 'norm': 'layernorm', 'qkv_bias': bias,
             'attn_out_bias': bias, 'mlp_bias': True, 'fused_qkv': True,
             'parallel_residual': _bool(cfg, 'use_parallel_residual', True),
+            'rotary_cat': True,
             'hidden_dropout': _prob(cfg, 'hidden_dropout')}
 
 

@@ -84,6 +84,8 @@ class ModelSpec:
     attn_softcap: bool = False  # tanh soft-capping of attention scores (Gemma-2)
     final_logit_softcap: bool = False  # tanh soft-capping of the logits (Gemma-2)
     parallel_residual: bool = False  # attention and MLP read one input (GPT-NeoX)
+    rotary_cat: bool = False  # rotary applied by torch.cat (Phi-3, GPT-NeoX partial rotary)
+    attention_masks: int = 1  # distinct eager (b,1,s,s) masks (2: Gemma-2/3's sliding window)
     source: str = ''  # where the shape comes from, in words
 
     def __post_init__(self) -> None:

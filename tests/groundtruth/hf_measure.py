@@ -61,7 +61,7 @@ from tests.groundtruth.measure import (
     make_optimizer,
 )
 
-torch.set_num_threads(1)  # the CI runners and this machine are small; no oversubscription
+
 class CudaDropout(TorchFunctionMode):
     """``F.dropout`` in training as CUDA runs it: ``native_dropout``, a bool mask saved."""
 
@@ -180,6 +180,18 @@ def measure_hf(config: dict[str, Any], *, seq_len: int, micro_batch: int,
     """
     if loop not in LOOPS:
         raise ValueError(f'unknown loop {loop!r}; allowed: {", ".join(LOOPS)}')
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small shapes on small shared machines: no oversubscription
+    try:
+        return _measure(config, seq_len, micro_batch, precision, attention, checkpointing,
+                        loop, lora, grad_accum, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(config: dict[str, Any], seq_len: int, micro_batch: int, precision: str,
+             attention: str, checkpointing: bool, loop: str, lora: LoraSpec | None,
+             grad_accum: int, seed: int) -> HfMeasurement:
     started = time.perf_counter()
     torch.manual_seed(seed)
     gc.collect()
