@@ -91,3 +91,14 @@ def test_fake_mode_equals_a_real_allocating_run(name):
     real = measured(name, fake=False, seq_len=64)
     assert fake.peak_bytes == real.peak_bytes
     assert fake.peak_by_category == real.peak_by_category
+
+
+@pytest.mark.slow
+def test_transformers_fake_mode_equals_real_without_a_mask():
+    """transformers' Llama with no attention_mask: fake == real (the DDP row passes none)."""
+    pytest.importorskip('transformers')
+    from tests.stacks.fake_pg import hf_forward_backward_peak
+
+    fake = hf_forward_backward_peak(fake=True, attention_mask=False, seq_len=128)
+    real = hf_forward_backward_peak(fake=False, attention_mask=False, seq_len=128)
+    assert fake == real
