@@ -115,3 +115,14 @@ def test_published_run_within_goal(run, request):
     assert 'unreachable' not in row, row['unreachable']
     assert abs(row['throughput_error']) <= GOAL
     assert abs(row.get('memory_error', 0.0)) <= GOAL
+
+
+def test_small_llama_config_file_is_the_measured_shape():
+    """The config.json the docs give to `batchfit estimate` is the shape the tests measure."""
+    import json
+    from pathlib import Path
+
+    from benchmarks.stack_flags import SMALL_LLAMA
+
+    path = Path(__file__).parent / 'data' / 'small-llama' / 'config.json'
+    assert json.loads(path.read_text(encoding='utf-8')) == SMALL_LLAMA
