@@ -126,3 +126,22 @@ def test_small_llama_config_file_is_the_measured_shape():
 
     path = Path(__file__).parent / 'data' / 'small-llama' / 'config.json'
     assert json.loads(path.read_text(encoding='utf-8')) == SMALL_LLAMA
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec('megatron') is None
+                    or importlib.util.find_spec('megatron.core') is None,
+                    reason='not installed: megatron-core')
+@pytest.mark.filterwarnings('ignore::UserWarning')
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+@pytest.mark.filterwarnings('ignore::FutureWarning')
+def test_megatron_core_keeps_bf16_params_and_an_fp32_main_grad_buffer():
+    """megatron-core's own DDP: 2 B of bf16 parameters (norms aside) + 4 B of fp32 main
+    grads per parameter, the 6 of Megatron's 6 + 12/d, as batchfit's bf16-mixed counts."""
+    from benchmarks.stack_megatron import mcore_bytes_per_param
+    from planner.memory.recipes import RECIPES
+
+    param_b, grad_b = mcore_bytes_per_param()
+    recipe = RECIPES['bf16-mixed']
+    assert param_b == pytest.approx(recipe.weight_bytes, abs=0.01)
+    assert grad_b == pytest.approx(recipe.grad_bytes, abs=1e-9)
