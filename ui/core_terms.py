@@ -43,6 +43,7 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'optimizer step temporaries'),
     QT_TRANSLATE_NOOP('Core', 'activations'),
     QT_TRANSLATE_NOOP('Core', 'logits and loss buffers'),
+    QT_TRANSLATE_NOOP('Core', 'model output held by the loop'),
     QT_TRANSLATE_NOOP('Core', 'eager attention scores (transient)'),
     QT_TRANSLATE_NOOP('Core', 'forward temporaries'),
     QT_TRANSLATE_NOOP('Core', 'autocast weight copies'),

@@ -62,6 +62,8 @@ class PlanInputs:
             frozen 16-bit or 4-bit NF4 base).
         lora_rank: the adapters' rank r (LoRA and QLoRA).
         lora_targets: ``attention`` (q, k, v, o) or ``all`` (every linear of a layer).
+        loop: ``keep-outputs`` or ``trainer`` (``planner/memory/model_outputs.py``).
+        loss: '' (the framework's), ``hf``, ``chunked`` or ``vocab-parallel``.
     """
 
     model: str = 'llama-3.1-8b'
@@ -88,6 +90,8 @@ class PlanInputs:
     tuning: str = 'full'
     lora_rank: int = 16
     lora_targets: str = 'attention'
+    loop: str = 'keep-outputs'
+    loss: str = ''
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -138,7 +142,8 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
         zero_stages=tuple(inputs.zero_stages), recompute_modes=tuple(inputs.recompute_modes),
         precision=inputs.precision, optimizer=inputs.optimizer,
         margin_fraction=inputs.margin_percent / 100.0,
-        price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k, lora=lora)
+        price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k, lora=lora,
+        loop=inputs.loop, loss=inputs.loss)
 
 
 def lora_spec(inputs: PlanInputs) -> LoraSpec | None:

@@ -19,7 +19,9 @@ from planner.errors import InputError
 from planner.memory.training import (
     ATTENTION_KINDS,
     FRAMEWORKS,
+    LOOPS,
     LORA_TARGETS,
+    LOSSES,
     OFFLOAD_MODES,
     RECOMPUTE_MODES,
     LoraSpec,
@@ -84,8 +86,14 @@ def add_memory_option_args(p: argparse.ArgumentParser) -> None:
     p.add_argument('--framework', choices=FRAMEWORKS, default='hf',
                    help='whose kernels decide the saved tensors: hf (PyTorch eager, '
                         'transformers) or megatron (fused, Korthikanti accounting)')
-    p.add_argument('--loss', choices=('hf', 'megatron'), default='',
-                   help="loss implementation (default: the framework's)")
+    p.add_argument('--loss', choices=LOSSES[1:], default='',
+                   help="loss implementation (default: the framework's): hf (fp32 upcast of "
+                        "the logits), chunked (fused/chunked CE such as Liger's), "
+                        "vocab-parallel (Megatron's; also spelled megatron)")
+    p.add_argument('--loop', choices=LOOPS, default=LOOPS[0],
+                   help='training loop: keep-outputs (accelerate/plain loops hold the '
+                        'model output, its logits, through backward and the step; the '
+                        'default, more memory) or trainer (HF Trainer/TRL free it)')
     p.add_argument('--no-foreach', dest='foreach', action='store_false',
                    help="torch.optim's for-loop step (the CPU default) instead of foreach")
     p.add_argument('--lora-rank', type=positive_int('--lora-rank'),
@@ -178,7 +186,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         offload=args.offload, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
         dp=world // per_replica, sequence_parallel=args.sequence_parallel,
         recompute=args.recompute, attention=args.attention, framework=args.framework,
-        loss=args.loss, lora=lora_from_args(args), foreach=args.foreach)
+        loss=args.loss, lora=lora_from_args(args), foreach=args.foreach, loop=args.loop)
     # A profile of this GPU replaces the default overheads with measured ones.
     loaded = choose_profile(args.profile, gpu)
     calibration = None if loaded is None else use_profile(loaded, model=model, gpu=gpu)

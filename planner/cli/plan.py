@@ -209,7 +209,7 @@ def request_from_args(args: argparse.Namespace,
         gpus_per_node=args.gpus_per_node, inter_node=link, global_batch=args.global_batch,
         global_batch_tokens=args.global_batch_tokens, length=length, zero_stages=args.zero,
         recompute_modes=args.recompute, precision=args.precision, optimizer=args.optimizer,
-        attention=args.attention, framework=args.framework, loss=args.loss,
+        attention=args.attention, framework=args.framework, loss=args.loss, loop=args.loop,
         margin_fraction=args.margin, price_per_gpu_hour_usd=args.price, sort_by=args.sort,
         top_k=args.top, limits=limits, lora=lora,
         **({} if calibration is None else {

@@ -84,6 +84,19 @@ NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 INT8_BYTES = 1.0
 
 
+def hf_uncast_expert_matmul(m: ModelSpec, t, ep) -> float:
+    """Routed-expert weights of one layer that autocast does not cast in transformers.
+
+    transformers 5 runs the experts through ``grouped_mm`` (or its fallback), which is not
+    autocast-enabled: their input is cast to the weights' dtype instead
+    (``transformers/integrations/moe.py::_grouped_mm``), so no bf16 weight copy exists.
+    """
+    if m.moe is None:
+        return 0.0
+    e_sh, _ = _mlp_split(m, m.moe.expert_ffn_size)
+    return m.moe.num_experts / ep * e_sh / t
+
+
 def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> StageParams:
     """Elements owned by one rank of the first or last pipeline stage.
 

@@ -37,7 +37,13 @@ from planner.memory.activations import (
     lora_saved_base_casts,
     lora_scores_moment,
 )
-from planner.memory.model_states import OFFLOAD_CODES, model_state_bytes, stage_params
+from planner.memory.model_outputs import model_output_bytes
+from planner.memory.model_states import (
+    OFFLOAD_CODES,
+    hf_uncast_expert_matmul,
+    model_state_bytes,
+    stage_params,
+)
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
@@ -79,6 +85,7 @@ class MemoryOptions:
     lora: LoraSpec | None = None
     foreach: bool = True
     zero3_prefetch_layers: int = 1
+    loop: str = 'keep-outputs'  # what the training loop holds (model_outputs.py)
 
     @classmethod
     def from_setup(cls, setup: TrainingSetup) -> MemoryOptions:
@@ -86,7 +93,7 @@ class MemoryOptions:
         return cls(precision=setup.precision, optimizer=setup.optimizer,
                    attention=setup.attention, framework=setup.framework,
                    loss=setup.loss_kind, lora=setup.lora, foreach=setup.foreach,
-                   zero3_prefetch_layers=setup.zero3_prefetch_layers)
+                   zero3_prefetch_layers=setup.zero3_prefetch_layers, loop=setup.loop)
 
 
 @dataclass
@@ -244,9 +251,12 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
         layer_act, layer_full, bwd_tmp, top_bwd_tmp = (
             rows.spread(a) for a in (layer_act, layer_full, bwd_tmp, top_bwd_tmp))
         edge, extra = Spread(edge, rows), Spread(extra, rows)
+    loop = opts.loop if opts.framework == 'hf' else 'trainer'  # other loops return losses
+    outputs = model_output_bytes(model, r, loop, opts.loss, lora, cfg.micro_batch,
+                                 cfg.seq_len, cfg.tp, cfg.cp)
     return _Shared(layer_act=layer_act, layer_full=layer_full, layers=layers,
                    inflight=inflight, edge=edge, bwd_tmp=bwd_tmp, top_bwd_tmp=top_bwd_tmp,
-                   fwd_tmp=extra.fwd_tmp, lora=extra)
+                   fwd_tmp=extra.fwd_tmp, lora=extra, outputs=outputs)
 
 
 def _model_states(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
@@ -275,6 +285,7 @@ class _Shared:
     top_bwd_tmp: np.ndarray  # the top layer's, with its recomputation
     fwd_tmp: np.ndarray  # eager attention scores before the softmax
     lora: _LoraExtras  # what PEFT LoRA changes (neutral values without it)
+    outputs: np.ndarray  # the model output the training loop holds (logits or nothing)
 
 
 class _LoraExtras(NamedTuple):
@@ -418,6 +429,8 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
         casting = r.autocast
         head_cast = e * params.head_matmul if casting else np.zeros(())
         layer_cast = e * params.layer_matmul if casting else np.zeros(())
+        if casting and model.moe is not None and opts.framework == 'hf':
+            layer_cast = layer_cast - e * hf_uncast_expert_matmul(model, cfg.tp, cfg.ep)
         cached_casts = head_cast + layer_cast * sh.layers * inflight
         stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers * inflight)
         bottom_cast = layer_cast
@@ -442,8 +455,10 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     # gradients are still to come.
     pending = ms.embedding_gradients + ms.bottom_layer_gradients
 
+    # The loop's hold on the model output (the logits) spans every phase of the step.
+    held = np.where(last, sh.outputs, 0.0)
     static = {'weights': ms.weights, 'optimizer_states': ms.optimizer_states,
-              'buffers': ms.ddp_buckets + ms.zero_buckets}
+              'buffers': ms.ddp_buckets + ms.zero_buckets, 'model_outputs': held}
     top = {'zero3_gathered': ms.zero3_gathered_top}
     bottom = {'zero3_gathered': ms.zero3_gathered_bottom,
               'unsharded_grad': ms.unsharded_grad_bottom}

@@ -16,6 +16,11 @@ from planner.models.spec import ModelSpec
 RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')
 OFFLOAD_MODES: tuple[str, ...] = ('none', 'optimizer', 'params')
 ATTENTION_KINDS: tuple[str, ...] = ('flash', 'eager')
+LOOPS: tuple[str, ...] = ('keep-outputs', 'trainer')  # the first needs more memory
+# Loss implementations ('' = the framework's own): HF's fp32-upcast cross-entropy, a
+# chunked / fused one (Liger), Megatron's vocab-parallel one ('vocab-parallel' is
+# 'megatron' under its kernel's name).
+LOSSES: tuple[str, ...] = ('', 'hf', 'chunked', 'vocab-parallel', 'megatron')
 FRAMEWORKS: tuple[str, ...] = ('hf', 'megatron')
 LORA_TARGETS: tuple[str, ...] = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
 
@@ -134,6 +139,10 @@ class TrainingSetup:
     lora: LoraSpec | None = None
     foreach: bool = True  # torch.optim's multi-tensor step (the CUDA default)
     zero3_prefetch_layers: int = 1  # layers gathered ahead of the current one
+    # What the training loop holds: 'keep-outputs' (accelerate / plain loops keep the
+    # model output, its logits, through backward and the optimizer step) or 'trainer'
+    # (transformers' Trainer and TRL return only the loss from compute_loss).
+    loop: str = 'keep-outputs'
     extra: dict[str, float] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -150,8 +159,10 @@ class TrainingSetup:
                                  ', '.join(allowed))
         if self.zero not in (0, 1, 2, 3):
             raise InputError('--zero', f'got {self.zero!r}', '0, 1, 2 or 3')
-        if self.loss not in ('', 'hf', 'megatron'):
-            raise InputError('--loss', f'unknown value {self.loss!r}', 'hf, megatron')
+        if self.loss not in LOSSES:
+            raise InputError('--loss', f'unknown value {self.loss!r}', ', '.join(LOSSES[1:]))
+        if self.loop not in LOOPS:
+            raise InputError('--loop', f'unknown value {self.loop!r}', ', '.join(LOOPS))
         if self.zero3_prefetch_layers < 0:
             raise InputError('--prefetch', 'must be 0 or more')
         if self.offload == 'params' and self.zero != 3:
@@ -163,7 +174,7 @@ class TrainingSetup:
     @property
     def loss_kind(self) -> str:
         """The loss implementation whose buffers are counted."""
-        return self.loss or self.framework
+        return resolve_loss(self.loss, self.framework)
 
     @property
     def world_size(self) -> int:
@@ -191,6 +202,12 @@ class TrainingSetup:
             out[f.name] = value
         out['loss'] = self.loss_kind
         return out
+
+
+def resolve_loss(loss: str, framework: str) -> str:
+    """The loss whose buffers are counted: the chosen one, else the framework's."""
+    loss = loss or framework
+    return 'megatron' if loss == 'vocab-parallel' else loss
 
 
 def _flag(name: str) -> str:

@@ -118,6 +118,7 @@ class Constraints:
     attention: str = 'flash'
     framework: str = 'hf'
     loss: str = ''
+    loop: str = 'keep-outputs'
     margin_fraction: float = 0.05
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
@@ -276,7 +277,8 @@ class PlanFile:
             global_batch=t.global_batch, global_batch_tokens=t.global_batch_tokens,
             length=length, zero_stages=c.zero_stages, recompute_modes=c.recompute_modes,
             precision=c.precision, optimizer=c.optimizer, attention=c.attention,
-            framework=c.framework, loss=c.loss, margin_fraction=c.margin_fraction,
+            framework=c.framework, loss=c.loss, loop=c.loop,
+            margin_fraction=c.margin_fraction,
             price_per_gpu_hour_usd=c.price_per_gpu_hour_usd, sort_by=c.sort_by,
             top_k=c.top_k, limits=LayoutLimits(**limits),
             step_options=StepTimeOptions(**c.step_options),
@@ -357,7 +359,7 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
             zero_stages=tuple(int(z) for z in request.zero_stages),
             recompute_modes=tuple(request.recompute_modes), precision=request.precision,
             optimizer=request.optimizer, attention=request.attention,
-            framework=request.framework, loss=request.loss,
+            framework=request.framework, loss=request.loss, loop=request.loop,
             margin_fraction=request.margin_fraction,
             price_per_gpu_hour_usd=request.price_per_gpu_hour_usd, sort_by=request.sort_by,
             top_k=request.top_k, limits=request.limits.to_dict(),
@@ -585,7 +587,8 @@ def _read_constraints(c: Reader) -> Constraints:
         recompute_modes=tuple(c.text_list('recompute_modes')),
         precision=c.text('precision'), optimizer=c.text('optimizer'),
         attention=c.text('attention'), framework=c.text('framework'),
-        loss=c.text('loss', ''), margin_fraction=c.number('margin_fraction'),
+        loss=c.text('loss', ''), loop=c.text('loop', 'keep-outputs'),
+        margin_fraction=c.number('margin_fraction'),
         price_per_gpu_hour_usd=c.number('price_per_gpu_hour_usd', None),
         sort_by=c.text('sort_by', 'time'), top_k=c.count('top_k', 10),
         limits=c.mapping('limits', {}) or {}, step_options=c.mapping('step_options', {}) or {},

@@ -12,6 +12,8 @@ Versions:
        ``guidance_inputs``, ``guidance``, ``candidate``, ``calibration``.
     2: ``constraints.lora``: the LoRA/QLoRA settings of a fine-tuning plan (rank, targets,
        base bits), null for full training.
+    3: ``constraints.loop``: the training loop whose hold on the model output is counted
+       (``keep-outputs`` or ``trainer``, ``planner/memory/model_outputs.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from planner.errors import InputError
 
 SCHEMA_PREFIX = 'batchfit.plan/'
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
 CURRENT_SCHEMA = f'{SCHEMA_PREFIX}{CURRENT_VERSION}'
 _V0_LAYOUT = ('nodes', 'gpus_per_node', 'gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch',
               'grad_accum', 'global_batch', 'zero', 'recompute', 'sequence_parallel')
@@ -125,5 +127,15 @@ def _v1_to_v2(old: dict[str, Any], where: str) -> dict[str, Any]:
     return {**old, 'schema': f'{SCHEMA_PREFIX}2', 'constraints': {**constraints, 'lora': None}}
 
 
+def _v2_to_v3(old: dict[str, Any], where: str) -> dict[str, Any]:
+    """Version 2 counted no model output: the loop becomes the default, ``keep-outputs``
+    (the one that needs more memory, so a re-evaluated plan errs on the safe side)."""
+    constraints = old.get('constraints')
+    if not isinstance(constraints, dict):
+        raise InputError(f'{where}: constraints', 'must be a JSON object')
+    return {**old, 'schema': f'{SCHEMA_PREFIX}3',
+            'constraints': {**constraints, 'loop': 'keep-outputs'}}
+
+
 _MIGRATIONS: dict[int, Callable[[dict[str, Any], str], dict[str, Any]]] = {
-    0: _v0_to_v1, 1: _v1_to_v2}
+    0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3}

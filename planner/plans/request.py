@@ -18,7 +18,14 @@ from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
 from planner.memory.peak import ConfigArrays, MemoryOptions, Overheads
 from planner.memory.recipes import OPTIMIZERS, RECIPES
-from planner.memory.training import ATTENTION_KINDS, FRAMEWORKS, LoraSpec
+from planner.memory.training import (
+    ATTENTION_KINDS,
+    FRAMEWORKS,
+    LOOPS,
+    LOSSES,
+    LoraSpec,
+    resolve_loss,
+)
 from planner.models.spec import ModelSpec
 from planner.timing.efficiency import CalibrationProfile
 from planner.timing.step_time import (
@@ -131,7 +138,10 @@ class PlanRequest:
         optimizer: ``OPTIMIZERS`` key.
         attention: ``flash`` or ``eager``.
         framework: ``hf`` or ``megatron`` (whose kernels decide saved tensors).
-        loss: ``hf``, ``megatron`` or '' for the framework's own.
+        loss: ``hf``, ``chunked``, ``vocab-parallel`` (``megatron``) or '' for the
+            framework's own.
+        loop: ``keep-outputs`` or ``trainer`` (what the training loop holds of the
+            model output; ``planner/memory/model_outputs.py``).
         margin_fraction: fraction of GPU memory kept free.
         price_per_gpu_hour_usd: None for the catalog price of ``gpu``.
         sort_by: ``time`` (time-to-train), ``cost``, ``gpus`` or ``headroom``.
@@ -162,6 +172,7 @@ class PlanRequest:
     attention: str = 'flash'
     framework: str = 'hf'
     loss: str = ''
+    loop: str = LOOPS[0]
     margin_fraction: float = 0.05
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
@@ -192,7 +203,7 @@ class PlanRequest:
                              'a list from ' + ', '.join(RECOMPUTE_MODES))
         choices = {'precision': tuple(RECIPES), 'optimizer': tuple(OPTIMIZERS),
                    'attention': ATTENTION_KINDS, 'framework': FRAMEWORKS,
-                   'sort_by': SORT_KEYS, 'loss': ('', 'hf', 'megatron')}
+                   'sort_by': SORT_KEYS, 'loss': LOSSES, 'loop': LOOPS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise InputError(_flag('sort' if name == 'sort_by' else name),
@@ -246,7 +257,7 @@ class PlanRequest:
     @property
     def loss_kind(self) -> str:
         """The loss implementation whose buffers are counted."""
-        return self.loss or self.framework
+        return resolve_loss(self.loss, self.framework)
 
     @property
     def usable_bytes(self) -> float:
@@ -257,7 +268,7 @@ class PlanRequest:
         """The memory model's choices shared by every layout of this request."""
         return MemoryOptions(precision=self.precision, optimizer=self.optimizer,
                              attention=self.attention, framework=self.framework,
-                             loss=self.loss_kind, lora=self.lora)
+                             loss=self.loss_kind, lora=self.lora, loop=self.loop)
 
     def memory_config(self, layout: LayoutArrays) -> ConfigArrays:
         """The memory model's axes for ``layout``'s candidates.
@@ -293,7 +304,7 @@ class PlanRequest:
             'zero_stages': list(self.zero_stages), 'recompute_modes': list(self.recompute_modes),
             'precision': self.precision, 'optimizer': self.optimizer,
             'attention': self.attention, 'framework': self.framework, 'loss': self.loss_kind,
-            'margin_fraction': self.margin_fraction,
+            'loop': self.loop, 'margin_fraction': self.margin_fraction,
             'price_per_gpu_hour_usd': self.price, 'sort_by': self.sort_by, 'top_k': self.top_k,
             'limits': self.limits.to_dict(),
             'calibration': None if self.calibration is None else 'given',
