@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.stack_flags import SMALL_LLAMA, StackConfig, setup_kwargs
+from benchmarks.stack_flags import SMALL_LLAMA, StackConfig, default_flags, setup_kwargs
 from planner.errors import InputError
 from planner.memory.peak import estimate
 from planner.memory.training import TrainingSetup
@@ -43,9 +43,8 @@ def batchfit_estimate(config: StackConfig, flags: str) -> Estimate:
 
 
 def best_available(config: StackConfig) -> Estimate:
-    """The ``target`` flags once the core accepts them, else ``today``'s."""
-    target = batchfit_estimate(config, 'target')
-    return target if target.tensor_peak_bytes is not None else batchfit_estimate(config, 'today')
+    """The estimate with :func:`default_flags` (``target`` once the stacks landed)."""
+    return batchfit_estimate(config, default_flags())
 
 
 def relative_error(estimate_bytes: float, measured_bytes: float) -> float:

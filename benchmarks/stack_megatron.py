@@ -30,7 +30,9 @@ batchfit is run with the flags of benchmarks/stack_flags.py's ``MEGATRON_CASES``
 layout pinned, the Megatron knobs in today's vocabulary, or ``--framework megatron``
 alone once stacks land). Its ``activations_per_layer_bytes`` is compared with Table 2 and
 its weights + gradients + optimizer states with Megatron-LM's weight-and-optimizer
-figure; its whole activation component with Megatron-LM's activation figure. Table 2's
+figure; its whole activation component with Megatron-LM's activation figure.
+``--mcore`` builds megatron-core's own GPTModel and DDP on the CPU and prints what they
+keep per parameter (:func:`mcore_bytes_per_param`). Table 2's
 rows are only printed for models it describes (multi-head attention, a 4h MLP), with
 batchfit's ``--attention eager``: the table keeps the attention scores, which Megatron
 with Transformer Engine's fused attention does not.
@@ -100,6 +102,63 @@ def megatron_activation_bytes(m: ModelSpec, *, s: int, b: int, tp: int, pp: int,
     return total / tp
 
 
+# ---- Megatron-Core on the CPU: what its DDP keeps per parameter ----------------------------
+def mcore_bytes_per_param(dp: int = 2) -> tuple[float, float]:
+    """(parameter, gradient-buffer) bytes per parameter of Megatron-Core's own DDP wrapper.
+
+    megatron-core's ``GPTModel`` (local layer spec, bf16 parameters) wrapped in its
+    ``DistributedDataParallel`` with ``grad_reduce_in_fp32=True`` (Megatron-LM's default for
+    bf16 training), built on torch's fake process group. megatron-core allocates its
+    buffers on ``torch.cuda.current_device()``; on this CPU-only torch that call is pointed
+    at the CPU for the duration. ``get_megatron_optimizer`` needs gloo process groups,
+    which the fake group's store cannot create, so the optimizer's 12/d is not measured.
+    """
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+    )
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from benchmarks.stack_flags import SMALL_LLAMA
+    from tests.stacks.fake_pg import fake_process_group
+
+    m = SMALL_LLAMA
+    saved = torch.cuda.current_device
+    torch.cuda.current_device = lambda: torch.device('cpu')
+    try:
+        with fake_process_group(dp):
+            parallel_state.initialize_model_parallel(1, 1, create_gloo_process_groups=False)
+            try:
+                cfg = TransformerConfig(
+                    num_layers=m['num_hidden_layers'], hidden_size=m['hidden_size'],
+                    num_attention_heads=m['num_attention_heads'],
+                    num_query_groups=m['num_key_value_heads'],
+                    ffn_hidden_size=m['intermediate_size'], gated_linear_unit=True,
+                    activation_func=torch.nn.functional.silu, normalization='RMSNorm',
+                    add_bias_linear=False, bf16=True, params_dtype=torch.bfloat16,
+                    pipeline_dtype=torch.bfloat16, use_cpu_initialization=True)
+                model = GPTModel(cfg, get_gpt_layer_local_spec(), vocab_size=m['vocab_size'],
+                                 max_sequence_length=m['max_position_embeddings'],
+                                 position_embedding_type='rope',
+                                 share_embeddings_and_output_weights=False)
+                ddp = DistributedDataParallel(
+                    cfg, DistributedDataParallelConfig(grad_reduce_in_fp32=True), model)
+                params = list(model.parameters())
+                n = sum(p.numel() for p in params)
+                param_bytes = sum(p.numel() * p.element_size() for p in params)
+                grad_bytes = sum(b.grad_data.numel() * b.grad_data.element_size()
+                                 for b in ddp.buffers)
+            finally:
+                parallel_state.destroy_model_parallel()
+    finally:
+        torch.cuda.current_device = saved
+    return param_bytes / n, grad_bytes / n
+
+
 @dataclass(frozen=True)
 class Row:
     case: str
@@ -161,7 +220,13 @@ def rows_for(case: MegatronCase, flags: str) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--flags', choices=FLAG_SETS, default='today')
+    parser.add_argument('--mcore', action='store_true',
+                        help="also build megatron-core's GPTModel + DDP on the CPU")
     args = parser.parse_args(argv)
+    if args.mcore:
+        param_b, grad_b = mcore_bytes_per_param()
+        print(f'megatron-core DDP: {param_b:.3f} B/param of bf16 parameters, {grad_b:.3f} '
+              'B/param of fp32 main-grad buffer (the 6 of 6 + 12/d)')
     print(f'flags: {args.flags}')
     print(f'{"case":22s} {"reference":38s} {"ref GiB":>9s} {"batchfit GiB":>12s} {"error":>7s}')
     for case in MEGATRON_CASES:

@@ -9,7 +9,9 @@ rank 0 (tests/stacks/fake_pg.py: torchtitan's FSDP2 / TP / PP wrapping or HF DDP
 autocast on torch's fake process group, FSDPMemTracker / MemTracker), the categories at
 that peak, batchfit's ``tensor_peak_bytes`` with the chosen flags, and the signed error
 (positive: batchfit is high). ``--confirm`` also runs each fake-mode configuration as a
-real allocating CPU run at sequence 64 and prints both peaks. ``--artifact`` measures
+real allocating CPU run at sequence 64 and prints both peaks. ``--hf-mask-check``
+runs transformers' Llama (fp32, no process group) fake and real, with and without an
+attention mask, to show what FakeTensorMode changes in transformers. ``--artifact`` measures
 the FSDP2 rows with DTensor's sharding propagation left inside the tracked fake mode,
 to show how far the optimizer category is inflated without the fix.
 """
@@ -26,7 +28,7 @@ import time
 
 from benchmarks.stack_compare import batchfit_estimate, relative_error
 from benchmarks.stack_flags import CONFIGS, FLAG_SETS, cli_flags
-from tests.stacks.fake_pg import frameworks_missing, measure
+from tests.stacks.fake_pg import frameworks_missing, hf_forward_backward_peak, measure
 
 MB = 1e6
 
@@ -38,10 +40,18 @@ def main(argv: list[str] | None = None) -> int:
                         help='also a real allocating run of each fake-mode row at sequence 64')
     parser.add_argument('--artifact', action='store_true',
                         help='FSDP2 rows without the sharding-propagation fix')
+    parser.add_argument('--hf-mask-check', action='store_true',
+                        help="transformers' Llama, fake vs real, with and without a mask")
     parser.add_argument('--only', nargs='*', default=None, help='configuration names')
     parser.add_argument('--json', default=None)
     args = parser.parse_args(argv)
     rows = []
+    if args.hf_mask_check:
+        for mask in (False, True):
+            fake = hf_forward_backward_peak(fake=True, attention_mask=mask)
+            real = hf_forward_backward_peak(fake=False, attention_mask=mask)
+            print(f'transformers Llama fwd+bwd, attention_mask={mask}: fake {fake:,} B, '
+                  f'real {real:,} B ({fake - real:+,} B)')
     print(f'# {platform.node()} {platform.processor() or platform.machine()} '
           f'{time.strftime("%Y-%m-%d")}, flags: {args.flags}')
     print(f'{"config":16s} {"stack":10s} {"measured MB":>11s} {"batchfit MB":>11s} '

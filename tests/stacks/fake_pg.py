@@ -411,3 +411,32 @@ def _main(argv: list[str] | None = None) -> int:
 
 if __name__ == '__main__':
     raise SystemExit(_main())
+
+
+def hf_forward_backward_peak(*, fake: bool, attention_mask: bool, seq_len: int = 256,
+                             micro_batch: int = 2) -> int:
+    """MemTracker's peak of one fp32 forward + backward of transformers' small Llama.
+
+    No process group, no optimizer: this isolates what FakeTensorMode changes in
+    transformers' own code. With an all-ones ``attention_mask`` (what a padding collator
+    passes) transformers checks the mask's values to drop it in favour of SDPA's causal
+    path; under FakeTensorMode the values are unknown, so the mask is kept and the run
+    departs from a real one (benchmarks/stack_memory.py ``--hf-mask-check`` prints both).
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**{k: v for k, v in SMALL_LLAMA.items() if k != 'model_type'},
+                      attn_implementation='sdpa')
+    torch.manual_seed(0)
+    with FakeTensorMode() if fake else contextlib.nullcontext():
+        model = LlamaForCausalLM(cfg)
+        tokens = torch.randint(0, cfg.vocab_size, (micro_batch, seq_len))
+        extra = {'attention_mask': torch.ones_like(tokens)} if attention_mask else {}
+        tracker = MemTracker()
+        tracker.track_external(model, tokens)
+        with tracker:
+            model(input_ids=tokens, labels=tokens, **extra).loss.backward()
+        return _snapshot(tracker)[0]
