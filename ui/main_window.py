@@ -48,7 +48,7 @@ from ui.i18n import (
     translate,
 )
 from ui.plan_compute import guidance_for
-from ui.plan_document import matching_row, opened_plan, plan_for
+from ui.plan_document import matching_index, opened_plan, plan_for
 from ui.plan_inputs import PlanInputs
 from ui.plots.memory_plot import MemoryPlot
 from ui.plots.plot_export import export_png, export_svg
@@ -325,14 +325,14 @@ class MainWindow(QMainWindow):
                                                               t=outcome.elapsed_s)
         self.status.setText(summary if r.status == 'ok' else translate(
             'MainWindow', 'No plan: {m}').format(m=r.message))
-        self.results.set_candidates(outcome.candidates, summary)
+        self.results.set_result(r, summary)
         choice, self._pending_choice = self._pending_choice, None
         if choice is not None and outcome.inputs == self._saved_inputs:
-            row = matching_row(outcome.candidates, choice)  # the row the opened file chose
+            index = matching_index(r, choice)  # the row the opened file chose
+            row = None if index is None else self.results.model.row_of_index(index)
             if row is not None:
-                self.results.select_row(self.results.proxy.mapFromSource(
-                    self.results.model.index(row, 0)).row())
-        if not outcome.candidates:
+                self.results.select_row(row)
+        if not r.fitting:
             self.details.show_message(translate('MainWindow', 'No plan: {m}').format(
                 m=r.message))
 
@@ -572,11 +572,11 @@ class MainWindow(QMainWindow):
             if outcome is None or outcome.inputs != inputs:
                 outcome = compute_main(inputs)
                 chosen = None
-            if not outcome.candidates:
+            if outcome.best is None:
                 raise InputError('plan', translate(
                     'MainWindow', 'no layout fits these inputs, so there is no plan to save '
                     '(the inputs are kept for the next start)'))
-            write_plan(path, plan_for(outcome, chosen or outcome.candidates[0]))
+            write_plan(path, plan_for(outcome, chosen or outcome.best))
         except (InputError, OSError) as exc:
             QMessageBox.warning(self, title, str(exc))
             return False

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from planner.plans.request import PlanRequest
     from planner.plans.result import Candidate, SearchResult
 
-TABLE_ROWS = 100
 BATCH_SWEEP = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
@@ -42,8 +41,8 @@ class PlanOutcome:
     Attributes:
         inputs: the inputs it was computed for.
         request: the validated request.
-        result: the search result (arrays).
-        candidates: the best distinct candidates, ranked (the table's rows).
+        result: the search result (arrays: every fitting candidate, the table's rows).
+        best: the top-ranked candidate (None when nothing fits).
         by_gpus: best time-to-train (s) at each GPU count.
         by_batch: best time-to-train (s) at each global batch (tokens), NaN without a plan.
         elapsed_s: wall time of the whole recompute.
@@ -52,10 +51,16 @@ class PlanOutcome:
     inputs: PlanInputs
     request: PlanRequest
     result: SearchResult
-    candidates: tuple[Candidate, ...]
+    best: Candidate | None
     by_gpus: SeriesXY
     by_batch: SeriesXY
     elapsed_s: float
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        """The best distinct candidates (the request's ``top_k``), estimated on demand;
+        the table shows every one (``result``)."""
+        return tuple(self.result.top()) if self.result.fitting else ()
 
 
 def compute_plan(inputs: PlanInputs, should_stop: Callable[[], bool] | None = None
@@ -73,7 +78,7 @@ def compute_plan(inputs: PlanInputs, should_stop: Callable[[], bool] | None = No
 
 def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = None
                  ) -> PlanOutcome:
-    """The search, the table's candidates and the GPU-count series (no batch sweep yet).
+    """The search, its best candidate and the GPU-count series (no batch sweep yet).
 
     Raises:
         InputError: a bad input (names the field).
@@ -82,10 +87,9 @@ def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = No
     from planner.plans.search import search
 
     started = time.perf_counter()
-    request = build_request(inputs, top_k=TABLE_ROWS)
+    request = build_request(inputs)
     result = search(request, should_stop=should_stop)
-    candidates = tuple(result.top(TABLE_ROWS)) if result.fitting else ()
-    return PlanOutcome(inputs=inputs, request=request, result=result, candidates=candidates,
+    return PlanOutcome(inputs=inputs, request=request, result=result, best=result.best,
                        by_gpus=best_by_gpus(result),
                        by_batch=SeriesXY(np.zeros(0), np.zeros(0)),
                        elapsed_s=time.perf_counter() - started)

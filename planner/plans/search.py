@@ -41,6 +41,7 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.distinct_rows import packed_key
+from planner.errors import InputError
 from planner.memory.activations import RECOMPUTE_CODES
 from planner.memory.peak import (
     MemoryArrays,
@@ -75,6 +76,7 @@ __all__ = [
     'enumerate_grid',
     'nearest_global_batches',
     'pareto_front',
+    'ranking_by',
     'search',
 ]
 
@@ -370,6 +372,25 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
         min_total_bytes=min_total, elapsed_s=time.perf_counter() - started,
         layout=layout, memory=memory, memory_rows=rows, step=st, train=tr, ranking=ranking,
         pareto=front)
+
+
+def ranking_by(result: SearchResult, sort_by: str) -> np.ndarray:
+    """The fitting candidates' indices in the order ``search`` gives with ``sort_by``.
+
+    The same keys and tie-breaks as the search's own ranking, on the arrays it kept, so
+    a view can re-rank every candidate without searching again.
+    """
+    st, tr, layout, memory = result.step, result.train, result.layout, result.memory
+    if sort_by not in SORT_KEYS:
+        raise InputError('--sort', f'unknown sort key {sort_by!r}', ', '.join(SORT_KEYS))
+    if not result.fitting or st is None or tr is None or layout is None or memory is None:
+        return np.zeros(0, int)
+    req = result.request
+    timed = req.length is not None
+    time_key = tr.time_to_train_s if timed else st.step_time_s
+    cost_key = tr.gpu_hours if timed else st.step_time_s * st.gpus
+    headroom = req.usable_bytes - np.asarray(memory.total_bytes, float)
+    return _ranking(sort_by, time_key, cost_key, headroom, layout, st.gpus)
 
 
 def _without_plan(req: PlanRequest, started: float, status: str, message: str, grid_size: int,

@@ -40,7 +40,7 @@ def test_opens_on_the_worked_example(qtbot, window):
     assert o.result.target_batch_samples * o.request.seq_len == 4_194_304
     assert o.request.gpu.key == 'h100-sxm'
     assert o.request.max_nodes * o.request.gpus_per_node == 8
-    assert window.results.proxy.rowCount() > 0
+    assert window.results.model.rowCount() > 0
     assert window.results.selected_candidate() is not None
     assert 'B parameters' in window.inputs.model_info.text()
     assert not window.isWindowModified()
@@ -89,8 +89,8 @@ def test_user_plans_a_preset_on_a_catalog_gpu(qtbot, window):
     c = window.results.selected_candidate()
     assert c is not None
     assert c.global_batch == 512
-    mems = [window.results.proxy.index(r, 7).data(Qt.ItemDataRole.UserRole)
-            for r in range(window.results.proxy.rowCount())]
+    mems = [window.results.model.index(r, 7).data(Qt.ItemDataRole.UserRole)
+            for r in range(window.results.model.rowCount())]
     assert mems == sorted(mems)
 
     est = memory_estimate_for(o, c)
@@ -164,25 +164,26 @@ def test_exports(qtbot, window, tmp_path):
     window.export_table(str(path))
     rows = list(csv.reader(io.StringIO(path.read_text())))
     assert rows[0][:4] == ['#', 'GPUs', 'nodes', 'TP/PP/CP/DP']
-    assert len(rows) - 1 == window.results.proxy.rowCount()
-    best = window.outcome.candidates[0]
+    assert len(rows) - 1 == window.results.model.rowCount()
+    best = window.outcome.best
     assert float(rows[1][7]) == pytest.approx(best.memory.total_bytes / GIB)
 
 
 def test_filters(qtbot, window):
-    proxy = window.results.proxy
-    total = proxy.rowCount()
+    model = window.results.model
+    total = model.rowCount()
     window.results.pareto_check.setChecked(True)
-    assert 0 < proxy.rowCount() <= total
-    assert all(window.results.model.candidate(r).on_pareto for r in proxy.visible_source_rows())
+    assert 0 < model.rowCount() <= total
+    assert all(model.candidate(r).on_pareto for r in range(model.rowCount()))
     window.results.pareto_check.setChecked(False)
     window.results.filter_edit.setText('selective')
-    assert all(window.results.model.candidate(r).recompute == 'selective'
-               for r in proxy.visible_source_rows())
+    assert model.rowCount()
+    assert all(model.candidate(r).recompute == 'selective' for r in range(model.rowCount()))
     window.results.filter_edit.clear()
     window.results.headroom_spin.setValue(20.0)
-    assert all(window.results.model.candidate(r).memory.headroom_bytes >= 20 * GIB
-               for r in proxy.visible_source_rows())
+    assert all(model.candidate(r).memory.headroom_bytes >= 20 * GIB
+               for r in range(model.rowCount()))
+    assert model.hidden.filtered == total - model.rowCount()
 
 
 def test_bad_values_turn_fields_red(qtbot, window):

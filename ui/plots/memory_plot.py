@@ -152,7 +152,7 @@ if __name__ == '__main__':
 
     app = QApplication([])
     w = MemoryPlot()
-    w.set_memory(compute_plan(PlanInputs()).candidates[0].memory)
+    w.set_memory(compute_plan(PlanInputs()).best.memory)
     w.resize(500, 500)
     w.show()
     app.exec()

@@ -88,8 +88,24 @@ The details are in the log folder:
 <context>
     <name>CandidateTableModel</name>
     <message>
-        <source>Rank by time-to-train (near-ties go to the simpler layout)</source>
-        <translation>按训练时长排名（时长相近时，更简单的布局排在前面）</translation>
+        <source>time-to-train</source>
+        <translation>训练时长</translation>
+    </message>
+    <message>
+        <source>cost (GPU-hours)</source>
+        <translation>成本（GPU 小时）</translation>
+    </message>
+    <message>
+        <source>fewest GPUs</source>
+        <translation>GPU 最少</translation>
+    </message>
+    <message>
+        <source>most memory headroom</source>
+        <translation>显存余量最大</translation>
+    </message>
+    <message>
+        <source>Rank by the chosen order (near-ties go to the simpler layout). With one row per near-duplicate group, the ranks of the hidden near-duplicates are skipped (1, 3, 5…)</source>
+        <translation>按所选顺序排名（相差极小时较简单的布局优先）。每组近似重复方案只显示一行时，被隐藏方案的名次会跳过（1、3、5…）</translation>
     </message>
     <message>
         <source>GPUs</source>
@@ -1540,6 +1556,14 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
 <context>
     <name>ResultsView</name>
     <message>
+        <source>rank by</source>
+        <translation>排序依据</translation>
+    </message>
+    <message>
+        <source>The order of the # column, as the command line&apos;s --sort</source>
+        <translation># 列的顺序，与命令行的 --sort 相同</translation>
+    </message>
+    <message>
         <source>filter (e.g. &quot;selective&quot;, &quot;2/1/1&quot;)</source>
         <translation>筛选（如“选择性”、“2/1/1”）</translation>
     </message>
@@ -1558,6 +1582,26 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
     <message>
         <source>Only plans no other beats on both time-to-train and GPU-hours</source>
         <translation>只显示在训练时长和 GPU 小时上不会被其他方案同时超越的方案</translation>
+    </message>
+    <message>
+        <source>hide near-duplicates</source>
+        <translation>隐藏近似重复</translation>
+    </message>
+    <message>
+        <source>One row per group of plans with the same GPUs, TP, PP, ZeRO stage and recompute whose step times are within 0.1 % (they only trade CP against micro-batch, or DP against accumulation); the # column keeps the full ranking, so hidden ranks are skipped</source>
+        <translation>GPU 数、TP、PP、ZeRO 阶段和重计算相同且步时相差不到 0.1 % 的方案只显示一行（它们只是用 CP 换微批次，或用 DP 换梯度累积）；# 列保留完整排名，因此被隐藏的名次会跳过</translation>
+    </message>
+    <message>
+        <source>showing {n:,} of {total:,}</source>
+        <translation>显示 {n:,} / {total:,}</translation>
+    </message>
+    <message>
+        <source>{n:,} near-duplicates hidden</source>
+        <translation>已隐藏 {n:,} 个近似重复</translation>
+    </message>
+    <message>
+        <source>{n:,} hidden by the filters</source>
+        <translation>筛选隐藏了 {n:,} 个</translation>
     </message>
 </context>
 <context>

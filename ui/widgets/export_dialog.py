@@ -158,4 +158,4 @@ if __name__ == '__main__':
 
     app = QApplication([])
     o = compute_plan(PlanInputs())
-    ExportDialog(o, o.candidates[0]).exec()
+    ExportDialog(o, o.best).exec()
