@@ -54,6 +54,7 @@ from ui.plots.memory_plot import MemoryPlot
 from ui.plots.plot_export import export_png, export_svg
 from ui.plots.series_plot import MicroBatchPlot, time_vs_batch_plot, time_vs_gpus_plot
 from ui.widgets.detail_panel import DetailPanel
+from ui.widgets.empty_state import EmptyState
 from ui.widgets.gpu_panel import GpuPanel
 from ui.widgets.input_panel import InputPanel
 from ui.widgets.results_view import ResultsView
@@ -104,6 +105,8 @@ class MainWindow(QMainWindow):
         # widgets
         self.inputs = InputPanel()
         self.results = ResultsView()
+        self.empty_state = EmptyState()
+        self.results.set_empty_widget(self.empty_state)
         self.details = DetailPanel()
         self.gpu_panel = GpuPanel()
         self.memory_plot = MemoryPlot()
@@ -169,6 +172,7 @@ class MainWindow(QMainWindow):
         self.controller.failed.connect(self._show_failure)
         self.controller.busy_changed.connect(self._busy_changed)
         self.results.candidate_selected.connect(self._show_candidate)
+        self.empty_state.suggestion_chosen.connect(self.apply_suggestion)
         self.hardware.snapshot_ready.connect(self._hardware_snapshot)
         self.gpu_panel.use_catalog.connect(self._use_catalog)
         self.gpu_panel.use_local.connect(self._use_local)
@@ -333,8 +337,31 @@ class MainWindow(QMainWindow):
             if row is not None:
                 self.results.select_row(row)
         if not r.fitting:
-            self.details.show_message(translate('MainWindow', 'No plan: {m}').format(
-                m=r.message))
+            self._show_no_plan(outcome)
+
+    def _show_no_plan(self, outcome: PlanOutcome) -> None:
+        """The empty state: why nothing fits, the changes that would, this GPU's lines."""
+        r, req = outcome.result, outcome.request
+        view = outcome.no_plan
+        if view is None:
+            from ui.no_plan_view import HEADLINES
+
+            headline = translate('NoPlan', HEADLINES.get(r.status, HEADLINES['no_fit']))
+            reason, suggestions = r.message, []
+        else:
+            headline, reason = view.headline, view.reason
+            suggestions = [(s.text, s.changes) for s in view.suggestions]
+        self.empty_state.show_explanation(headline, reason, suggestions)
+        self.details.show_message(translate('MainWindow', 'No plan: {m}').format(m=reason))
+        self.memory_plot.show_no_plan(req.gpu.memory_bytes, req.usable_bytes,
+                                      r.min_total_bytes)
+
+    @Slot(object)
+    def apply_suggestion(self, changes: dict) -> None:
+        """Put a suggested change on screen (the plan follows)."""
+        inputs = self.current_inputs()
+        if inputs is not None:
+            self.inputs.set_inputs(inputs.with_changes(**changes))
 
     @Slot(bool)
     def _busy_changed(self, busy: bool) -> None:
@@ -361,6 +388,8 @@ class MainWindow(QMainWindow):
                      time.perf_counter() - self._created_s)
 
     def _set_batch_sweep(self, outcome: PlanOutcome) -> None:
+        if not outcome.by_batch.x.size and outcome.result.fitting:
+            return  # the sweep follows (_show_sweep): no empty plot in between
         self.batch_plot.set_data(outcome.by_batch.x, outcome.by_batch.y / DAY)
         self.batch_plot.set_x_ticks(outcome.by_batch.x, lambda x: f'{x / 1e6:.3g}M')
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from planner.plans.guidance import Guidance
     from planner.plans.request import PlanRequest
     from planner.plans.result import Candidate, SearchResult
+    from ui.no_plan_view import NoPlanView
 
 BATCH_SWEEP = (0.25, 0.5, 1.0, 2.0, 4.0)
 
@@ -46,6 +47,7 @@ class PlanOutcome:
         by_gpus: best time-to-train (s) at each GPU count.
         by_batch: best time-to-train (s) at each global batch (tokens), NaN without a plan.
         elapsed_s: wall time of the whole recompute.
+        no_plan: when nothing fits, why and the nearest changes that would fit.
     """
 
     inputs: PlanInputs
@@ -55,6 +57,7 @@ class PlanOutcome:
     by_gpus: SeriesXY
     by_batch: SeriesXY
     elapsed_s: float
+    no_plan: NoPlanView | None = None
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:
@@ -89,7 +92,13 @@ def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = No
     started = time.perf_counter()
     request = build_request(inputs)
     result = search(request, should_stop=should_stop)
+    no_plan = None
+    if not result.fitting:
+        from ui.no_plan_view import explain
+
+        no_plan = explain(inputs, request, result, should_stop)
     return PlanOutcome(inputs=inputs, request=request, result=result, best=result.best,
+                       no_plan=no_plan,
                        by_gpus=best_by_gpus(result),
                        by_batch=SeriesXY(np.zeros(0), np.zeros(0)),
                        elapsed_s=time.perf_counter() - started)

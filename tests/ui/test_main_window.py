@@ -498,7 +498,41 @@ def test_nothing_fits_clears_the_plots_without_an_error(qtbot, window, model, ba
     assert o.result.fitting == 0
     assert window.results.selected_candidate() is None
     assert window.memory_plot.total_gib() == 0.0
-    assert not window.memory_plot.capacity_line.isVisible()
+    # the designed empty state: this GPU's lines, the smallest peak, why, what would fit
+    assert window.memory_plot.capacity_line.isVisible()
+    assert window.memory_plot.capacity_gib == pytest.approx(o.request.gpu.memory_bytes / GIB)
+    assert window.memory_plot.floor_bar.isVisible()
+    assert window.results.stack.currentWidget() is window.empty_state
+    assert 'fits in' in window.empty_state.reason.text()
     xs, ys = window.batch_plot.data()
     assert xs.size == ys.size
     assert np.isfinite(ys).all()
+
+
+def test_the_empty_state_offers_a_change_that_fits(qtbot, window):
+    window.inputs.model_edit.setText('llama-3.1-70b')
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.model == 'llama-3.1-70b')
+    qtbot.waitUntil(lambda: not window.updating, timeout=20_000)
+    assert not o.result.fitting
+    labels = [b.text() for b in window.empty_state.buttons]
+    assert any('nodes' in label for label in labels), labels
+    nodes = next(b for b in window.empty_state.buttons if 'nodes' in b.text())
+    nodes.click()
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.nodes > 1)
+    qtbot.waitUntil(lambda: not window.updating, timeout=20_000)
+    assert o.result.fitting > 0
+    assert window.results.stack.currentWidget() is window.results.table
+    assert window.memory_plot.capacity_gib == pytest.approx(o.request.gpu.memory_bytes / GIB)
+
+
+def test_the_memory_plot_follows_the_gpu(qtbot, window):
+    """The capacity line is the current GPU's, with or without a plan."""
+    combo = window.inputs.gpu_combo
+    for key in ('mi300x', 'a100-40g-sxm', 'h100-sxm'):
+        combo.setCurrentIndex(combo.findData(key))
+        o = _wait_for_plan(qtbot, window, lambda o, k=key: o.inputs.gpu == k)
+        qtbot.waitUntil(lambda: not window.updating, timeout=20_000)
+        assert window.memory_plot.capacity_gib == pytest.approx(
+            o.request.gpu.memory_bytes / GIB)
+        label = window.memory_plot.capacity_line.label.toPlainText()
+        assert f'{o.request.gpu.memory_bytes / GIB:.1f}' in label

@@ -32,6 +32,7 @@ PARTS: tuple[tuple[str, str], ...] = (
 _PALETTE = ('#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1',
             '#ff9da7', '#9c755f', '#bab0ac', '#86bcb6', '#d37295', '#8cd17d', '#b6992d',
             '#499894')
+NO_PLAN_GREY = '#bdbdbd'
 BAR_X = 0.0
 BAR_WIDTH = 0.6
 
@@ -74,14 +75,48 @@ class MemoryPlot(pg.PlotWidget):
                                            labelOpts={'position': 0.55, 'color': '#ef6c00'})
         self.addItem(self.capacity_line, ignoreBounds=True)
         self.addItem(self.usable_line, ignoreBounds=True)
+        # nothing fits: the smallest peak any layout reaches, against this GPU's lines
+        self.floor_bar = pg.BarGraphItem(x=[BAR_X], height=[0.0], y0=[0.0], width=BAR_WIDTH,
+                                         brush=pg.mkBrush(NO_PLAN_GREY),
+                                         pen=pg.mkPen(NO_PLAN_GREY, style=pg.QtCore.Qt.PenStyle
+                                                      .DashLine))
+        self.floor_bar.setVisible(False)
+        self.addItem(self.floor_bar)
         self.heights_gib: dict[str, float] = {}
+        self.capacity_gib: float | None = None  # the capacity line shown (None: hidden)
         self._drawn: dict[str, tuple[float, float]] = {}  # (height, foot) each bar shows
         item.setXRange(-0.45, 3.3, padding=0)
         self.scene().sigMouseMoved.connect(self._on_mouse_moved)
 
+    def show_no_plan(self, capacity_bytes: float, usable_bytes: float,
+                     smallest_peak_bytes: float | None) -> None:
+        """Nothing fits: this GPU's capacity and usable lines, and the smallest peak any
+        layout reached (grey) when the search estimated one."""
+        self.set_memory(None)
+        peak = (smallest_peak_bytes or 0.0) / GIB
+        self.capacity_gib = capacity_bytes / GIB
+        self.floor_bar.setOpts(height=[peak], y0=[0.0])
+        self.floor_bar.setVisible(peak > 0)
+        self.legend.setHtml('<div style="font-size:8pt">' + html.escape(translate(
+            'MemoryPlot', 'no plan: the smallest peak is {value:.1f} GiB').format(value=peak))
+            + '</div>' if peak > 0 else '')
+        self._show_lines(capacity_bytes / GIB, usable_bytes / GIB, peak)
+
+    def _show_lines(self, cap: float, usable: float, top: float) -> None:
+        self.capacity_gib = cap
+        self.capacity_line.setPos(cap)
+        self.usable_line.setPos(usable)
+        self.capacity_line.setVisible(True)
+        self.usable_line.setVisible(True)
+        self.getPlotItem().setYRange(0, max(cap, top) * 1.05, padding=0)
+        settle_view(self.getPlotItem())
+        # from the floor up, clear of the capacity and usable labels near the top
+        self.legend.setPos(BAR_X + BAR_WIDTH / 2 + 0.1, 0.0)
+
     def set_memory(self, memory: CandidateMemory | None) -> None:
         """Show ``memory`` (None clears the plot)."""
         self.heights_gib = {}
+        self.floor_bar.setVisible(False)
         y0 = 0.0
         rows = []
         for i, (key, bar) in enumerate(self.bars.items()):
@@ -99,19 +134,11 @@ class MemoryPlot(pg.PlotWidget):
         self.legend.setHtml('<div style="font-size:8pt">' + '<br>'.join(reversed(rows))
                             + '</div>')  # top of the stack first, as drawn
         if memory is None:
+            self.capacity_gib = None
             self.capacity_line.setVisible(False)
             self.usable_line.setVisible(False)
             return
-        cap, usable = memory.capacity_bytes / GIB, memory.usable_bytes / GIB
-        self.capacity_line.setPos(cap)
-        self.usable_line.setPos(usable)
-        self.capacity_line.setVisible(True)
-        self.usable_line.setVisible(True)
-        top = max(cap, y0) * 1.05
-        self.getPlotItem().setYRange(0, top, padding=0)
-        settle_view(self.getPlotItem())
-        # from the floor up, clear of the capacity and usable labels near the top
-        self.legend.setPos(BAR_X + BAR_WIDTH / 2 + 0.1, 0.0)
+        self._show_lines(memory.capacity_bytes / GIB, memory.usable_bytes / GIB, y0)
 
     def total_gib(self) -> float:
         """Height of the stack."""

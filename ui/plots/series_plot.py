@@ -85,6 +85,11 @@ class _Series:
         self.highlighted: tuple[float, float] | None = None
         self.marked: tuple[float, str] | None = None
         self.x_label = item.getAxis('bottom').labelText
+        # without points: no stale ranges or ticks, a line in the middle saying why
+        self.note = pg.LabelItem(translate('SeriesPlot', 'no plan to show'), color='#757575')
+        self.note.setParentItem(item.getViewBox())
+        self.note.anchor(itemPos=(0.5, 0.5), parentPos=(0.5, 0.5))
+        self.note.setVisible(False)
 
     def set_data(self, x, y, on_curve=None) -> bool:
         """Replace the points; False when they are already drawn (nothing to repaint).
@@ -104,8 +109,21 @@ class _Series:
             return False
         self.x, self.y, self.on_curve = x, y, on_curve
         self.curve.setData(x[on_curve], y[on_curve])
+        self._show_empty(not x.size)
         self.fit_view()
         return True
+
+    def _show_empty(self, empty: bool) -> None:
+        if empty == self.note.isVisible():
+            return
+        self.note.setVisible(empty)
+        for name in ('left', 'bottom', 'right'):
+            axis = self.item.getAxis(name)
+            axis.setStyle(showValues=not empty)
+        if empty:
+            self.set_marker(None)
+            self.set_highlight(None, None)
+            self.item.getViewBox().setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
 
     def fit_view(self) -> None:
         """Show every point (explicit ranges: auto-range lags behind linked axes)."""
@@ -136,6 +154,7 @@ class _Series:
         self.marked = shown
         if shown is None:
             self.marker.setVisible(False)
+            self.item.setLabel('bottom', self.x_label)  # no dashed line to explain
             return
         log_x = self.item.getViewBox().state['logMode'][0]
         self.marker.setPos(np.log10(x) if log_x else x)

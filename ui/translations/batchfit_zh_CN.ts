@@ -967,6 +967,17 @@ The details are in the log folder:
     </message>
 </context>
 <context>
+    <name>EmptyState</name>
+    <message>
+        <source>Nearest changes that give a plan:</source>
+        <translation>最接近的可行改动：</translation>
+    </message>
+    <message>
+        <source>No single change checked here gives a plan: try a smaller model, a shorter sequence, or a GPU with more memory.</source>
+        <translation>这里检查过的单项改动都无法得到可行方案：请尝试更小的模型、更短的序列，或显存更大的 GPU。</translation>
+    </message>
+</context>
+<context>
     <name>ExportDialog</name>
     <message>
         <source>Export plan #{rank} to a launcher</source>
@@ -1549,8 +1560,39 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
         <translation>可用 {value:.1f} GiB</translation>
     </message>
     <message>
+        <source>no plan: the smallest peak is {value:.1f} GiB</source>
+        <translation>没有可行方案：最小峰值为 {value:.1f} GiB</translation>
+    </message>
+    <message>
         <source>{part}: {value:.2f} GiB (total {total:.2f} GiB)</source>
         <translation>{part}：{value:.2f} GiB（合计 {total:.2f} GiB）</translation>
+    </message>
+</context>
+<context>
+    <name>NoPlan</name>
+    <message>
+        <source>Nothing fits in GPU memory</source>
+        <translation>GPU 显存放不下任何方案</translation>
+    </message>
+    <message>
+        <source>No layout reaches this global batch exactly</source>
+        <translation>没有布局能恰好达到这个全局批大小</translation>
+    </message>
+    <message>
+        <source>global batch {n:,} sequences ({t:,} tokens)</source>
+        <translation>全局批大小 {n:,} 条序列（{t:,} token）</translation>
+    </message>
+    <message>
+        <source>{n:,} nodes ({g:,} GPUs)</source>
+        <translation>{n:,} 个节点（{g:,} 个 GPU）</translation>
+    </message>
+    <message>
+        <source>allow every ZeRO stage and recompute mode</source>
+        <translation>允许所有 ZeRO 阶段和重计算模式</translation>
+    </message>
+    <message>
+        <source>{name} ({m:.0f} GiB)</source>
+        <translation>{name}（{m:.0f} GiB）</translation>
     </message>
 </context>
 <context>
@@ -1606,6 +1648,10 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
 </context>
 <context>
     <name>SeriesPlot</name>
+    <message>
+        <source>no plan to show</source>
+        <translation>没有可显示的方案</translation>
+    </message>
     <message>
         <source>{axis}  (dashed: {marker})</source>
         <translation>{axis}（虚线：{marker}）</translation>

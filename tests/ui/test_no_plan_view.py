@@ -1,0 +1,36 @@
+"""The empty state's explanation: the core's reason, and only changes that do fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.plans.search import search
+from ui.no_plan_view import explain
+from ui.plan_inputs import PlanInputs, build_request
+
+
+@pytest.mark.parametrize('inputs', [
+    PlanInputs(model='llama-3.1-70b'),  # 70B on one node of 8 H100
+    PlanInputs(batch_value=1000, batch_unit='tokens'),  # below one sequence
+    PlanInputs(gpu='rtx-4090', zero_stages=(0,), recompute_modes=('none',)),
+])
+def test_every_suggestion_gives_a_plan(qapp, inputs):
+    request = build_request(inputs)
+    result = search(request)
+    assert not result.fitting
+    view = explain(inputs, request, result)
+    assert view.reason == result.message
+    assert view.headline
+    assert view.suggestions
+    for s in view.suggestions:
+        changed = inputs.with_changes(**s.changes)
+        assert search(build_request(changed)).fitting, s
+
+
+def test_a_batch_in_tokens_is_suggested_in_tokens(qapp):
+    inputs = PlanInputs(batch_value=1000, batch_unit='tokens')
+    request = build_request(inputs)
+    view = explain(inputs, request, search(request))
+    batch = next(s for s in view.suggestions if 'batch_value' in s.changes)
+    assert batch.changes['batch_value'] % request.seq_len == 0
+    assert batch.changes['batch_value'] >= request.seq_len
