@@ -426,6 +426,7 @@ def test_export_to_launchers(qtbot, window):
     assert f'{c.global_batch}' in dialog.texts['torchrun']
     for name, message in dialog.errors.items():  # a refused format says why
         assert name in message
+        assert 're-plan' not in message  # no CLI flag the window lacks
     dialog.close()
 
 

@@ -1009,6 +1009,45 @@ The details are in the log folder:
     </message>
 </context>
 <context>
+    <name>ExportHints</name>
+    <message>
+        <source>use the {names} tab</source>
+        <translation>改用 {names} 标签页</translation>
+    </message>
+    <message>
+        <source>select a plan whose TP/PP/CP are 1/1/1 (type &quot;1/1/1/&quot; in the table filter)</source>
+        <translation>选择 TP/PP/CP 为 1/1/1 的方案（在表格筛选框中输入“1/1/1/”）</translation>
+    </message>
+    <message>
+        <source>untick ZeRO stages 2 and 3 under Options</source>
+        <translation>在“选项”中取消勾选 ZeRO 阶段 2 和 3</translation>
+    </message>
+    <message>
+        <source>untick ZeRO stage 1 under Options</source>
+        <translation>在“选项”中取消勾选 ZeRO 阶段 1</translation>
+    </message>
+    <message>
+        <source>choose precision {value} under Options</source>
+        <translation>在“选项”中将精度设为 {value}</translation>
+    </message>
+    <message>
+        <source>choose optimizer {value} under Options</source>
+        <translation>在“选项”中将优化器设为 {value}</translation>
+    </message>
+    <message>
+        <source>select a plan whose pipeline stages divide the layers</source>
+        <translation>选择流水线阶段数能整除层数的方案</translation>
+    </message>
+    <message>
+        <source> or </source>
+        <translation>，或</translation>
+    </message>
+    <message>
+        <source>To export it: {hint}.</source>
+        <translation>如需导出：{hint}。</translation>
+    </message>
+</context>
+<context>
     <name>FieldCheck</name>
     <message>
         <source>{text} must be finite</source>

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from ui.core_terms import core_text
+from ui.export_hints import refusal_text
 from ui.i18n import translate
 
 if TYPE_CHECKING:
@@ -103,8 +104,9 @@ class ExportDialog(QDialog):
                     raise InputError('--format', translate('ExportDialog', 'no plan'))
                 result = export_plan(plan, name)
             except InputError as exc:
-                self.errors[name] = str(exc)
-                message = QLabel(translate('ExportDialog', 'Not exported: {e}').format(e=exc))
+                self.errors[name] = refusal_text(exc)
+                message = QLabel(translate('ExportDialog', 'Not exported: {e}').format(
+                    e=self.errors[name]))
                 message.setWordWrap(True)
                 message.setStyleSheet('color: #c62828;')
                 page_layout.addWidget(message)
