@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QT_TRANSLATE_NOOP, QByteArray, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QT_TRANSLATE_NOOP, QByteArray, QEvent, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -73,6 +73,33 @@ DOCS = Path(__file__).resolve().parent.parent / 'docs'
 
 
 
+MAX_GPU_TICKS = 8
+INPUT_DOCK_MIN_WIDTH = 280
+DETAIL_DOCK_MIN_WIDTH = 260
+CENTRAL_MIN_WIDTH = 420
+COMPACT_WIDTH = 1280  # below: the details become a tab beside the inputs
+WIDE_WIDTH = 1400  # from here: back on the right
+COMPACT_DOCK_WIDTH = 360
+
+
+def whole_ticks(values, most: int = MAX_GPU_TICKS) -> list[float]:
+    """At most ``most`` of the plotted GPU counts as tick positions (no 4.5 GPUs)."""
+    import numpy as np
+
+    counts = np.sort(np.asarray(values, float).ravel())  # np.unique would load numpy.ma
+    counts = counts[np.concatenate([[True], counts[1:] != counts[:-1]])] if counts.size \
+        else counts
+    if counts.size <= most:
+        return counts.tolist()
+    picks = np.round(np.linspace(0, counts.size - 1, most)).astype(int)
+    return counts[sorted(set(picks.tolist()))].tolist()
+
+
+def with_json_suffix(path: str) -> str:
+    """``path`` ending in ``.json`` ("llama-3.1-70b-16n" gets it added)."""
+    return path if path.lower().endswith('.json') else path + '.json'
+
+
 class MainWindow(QMainWindow):
     """The batchfit planner window.
 
@@ -126,6 +153,9 @@ class MainWindow(QMainWindow):
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.results)
         split.addWidget(plots)
+        split.setChildrenCollapsible(False)
+        plots.setMinimumHeight(240)
+        split.setMinimumWidth(CENTRAL_MIN_WIDTH)
         split.setSizes([330, 570])
         self.splitter = split
         self.setCentralWidget(split)
@@ -143,8 +173,13 @@ class MainWindow(QMainWindow):
         box_layout.addWidget(self.details.warnings_label)
         self.detail_dock = self._dock(translate('MainWindow', 'Selected plan'), 'details_dock',
                                       detail_box, right)
+        self._compact = False  # the details share the left dock area (narrow windows)
+        self.installEventFilter(self)
+        self.input_dock.setMinimumWidth(INPUT_DOCK_MIN_WIDTH)
+        self.detail_dock.setMinimumWidth(DETAIL_DOCK_MIN_WIDTH)
         self.resizeDocks([self.input_dock, self.detail_dock], [390, 400],
                          Qt.Orientation.Horizontal)
+        self._default_state = self.saveState()
 
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
@@ -182,11 +217,7 @@ class MainWindow(QMainWindow):
         app_settings.migrate(s)
         restored = False
         if restore:
-            geometry, state = s.value('window/geometry'), s.value('window/state')
-            if isinstance(geometry, QByteArray):
-                self.restoreGeometry(geometry)
-            if isinstance(state, QByteArray):
-                self.restoreState(state)
+            self.restore_window(s.value('window/geometry'), s.value('window/state'))
             inputs, path = app_settings.last_session()
             if inputs is not None:
                 self.inputs.set_inputs(inputs)
@@ -205,6 +236,57 @@ class MainWindow(QMainWindow):
             self.hardware.start()
 
     # ---- building --------------------------------------------------------------------
+
+    def restore_window(self, geometry, state) -> bool:
+        """The saved geometry and dock state, only where usable; False when not restored.
+
+        A geometry is kept when it lies on a screen with room for the window's minimum;
+        a state when every dock it shows keeps its minimum width (a state saved at
+        1024 px could otherwise leave the Selected-plan panel 75 px wide for good).
+        """
+        if isinstance(geometry, QByteArray) and self.restoreGeometry(geometry):
+            screen = self.screen().availableGeometry() if self.screen() else None
+            if screen is not None and not screen.intersects(self.frameGeometry()):
+                self.resize(min(1500, screen.width()), min(950, screen.height()))
+                self.move(screen.topLeft())
+        if not isinstance(state, QByteArray) or not self.restoreState(state):
+            return False
+        docks = (self.input_dock, self.gpu_dock, self.detail_dock)
+        if not self.layout_usable() or any(d.isFloating() for d in docks):
+            self.restoreState(self._default_state)
+            for dock in docks:
+                dock.setFloating(False)
+            return False
+        return True
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802
+        if obj is self and event.type() == QEvent.Type.Resize:
+            self.fit_docks_to_width(event.size().width())
+        return False
+
+    def fit_docks_to_width(self, width: int) -> None:
+        """Below COMPACT_WIDTH the Selected-plan panel becomes a tab beside the inputs
+        (three columns would leave the table and plots too narrow); above WIDE_WIDTH it
+        goes back to the right."""
+        if width < COMPACT_WIDTH and not self._compact and not self.detail_dock.isHidden() \
+                and not self.detail_dock.isFloating() \
+                and self.dockWidgetArea(self.detail_dock) == Qt.DockWidgetArea.RightDockWidgetArea:
+            self._compact = True
+            self.tabifyDockWidget(self.input_dock, self.detail_dock)
+            self.input_dock.raise_()
+            self.resizeDocks([self.input_dock], [COMPACT_DOCK_WIDTH], Qt.Orientation.Horizontal)
+        elif width >= WIDE_WIDTH and self._compact:
+            self._compact = False
+            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.detail_dock)
+            self.resizeDocks([self.detail_dock], [400], Qt.Orientation.Horizontal)
+
+    def layout_usable(self) -> bool:
+        """Every shown dock and the table/plots area at least their minimum width."""
+        self.layout().activate()
+        shown = [d for d in (self.input_dock, self.detail_dock) if d.isVisible()]
+        return (all(d.width() >= d.minimumWidth() for d in shown)
+                and self.splitter.width() >= self.splitter.minimumWidth()
+                and all(size > 0 for size in self.splitter.sizes()))
 
     def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -429,6 +511,7 @@ class MainWindow(QMainWindow):
         o = self.outcome
         if o is not None:
             self.gpus_plot.set_data(o.by_gpus.x, o.by_gpus.y / DAY)
+            self.gpus_plot.set_x_ticks(whole_ticks(o.by_gpus.x), lambda v: f'{v:.0f}')
         if c is None or o is None:
             self.gpus_plot.set_highlight(None, None)
             if o is not None:
@@ -577,7 +660,7 @@ class MainWindow(QMainWindow):
         """Ask for a file name and save."""
         path, _ = QFileDialog.getSaveFileName(self, translate('MainWindow', 'Save plan as'),
                                               'plan.json', translate('MainWindow', PLAN_FILTER))
-        return bool(path) and self.save_to(path)
+        return bool(path) and self.save_to(with_json_suffix(path))
 
     def save_to(self, path: str) -> bool:
         """Save the selected plan and the inputs on screen to ``path`` as a plan file.
@@ -642,6 +725,8 @@ class MainWindow(QMainWindow):
                 self.export_plot(key, path)
             except OSError as exc:
                 QMessageBox.warning(self, translate('MainWindow', 'Cannot export'), str(exc))
+                return
+            self.status.setText(translate('MainWindow', 'Saved {path}').format(path=path))
 
     def export_table(self, path: str) -> None:
         """Write the visible table rows as CSV."""
@@ -656,6 +741,9 @@ class MainWindow(QMainWindow):
                 self.export_table(path)
             except OSError as exc:
                 QMessageBox.warning(self, translate('MainWindow', 'Cannot export'), str(exc))
+                return
+            self.status.setText(translate('MainWindow', 'Exported {n:,} rows to {path}').format(
+                n=self.results.model.rowCount(), path=path))
 
     def show_export_dialog(self):
         """The selected plan in every launcher format (None without a selected plan)."""

@@ -48,6 +48,28 @@ def settle_view(item: pg.PlotItem) -> None:
     item.getViewBox().prepareForPaint()
 
 
+def shrinkable_title(item: pg.PlotItem) -> None:
+    """Let the plot be narrower than its title.
+
+    pyqtgraph's ``LabelItem`` makes its text width the title row's minimum, so a long
+    title in a narrow plot widened the whole plot past its widget and cut off the right
+    axis (the MFU axis at 1024 px); the title is then clipped instead.
+    """
+    label = item.titleLabel
+
+    def update_min() -> None:
+        height = label.itemRect().height()
+        label.setMinimumWidth(0)
+        label.setMinimumHeight(height)
+        label._sizeHint = {
+            Qt.SizeHint.MinimumSize: (0, height), Qt.SizeHint.PreferredSize: (0, height),
+            Qt.SizeHint.MaximumSize: (-1, -1), Qt.SizeHint.MinimumDescent: (0, 0)}
+        label.updateGeometry()
+
+    label.updateMin = update_min
+    update_min()
+
+
 def add_light_grid(item: pg.PlotItem) -> None:
     """A light background grid.
 
@@ -186,6 +208,7 @@ class SeriesPlot(pg.PlotWidget):
         super().__init__(parent)
         item = self.getPlotItem()
         item.setTitle(title)
+        shrinkable_title(item)
         item.setLabel('bottom', x_label)
         item.setLabel('left', y_label)
         add_light_grid(item)

@@ -1000,12 +1000,20 @@ The details are in the log folder:
         <translation>保存…</translation>
     </message>
     <message>
+        <source>Copied {n} lines to the clipboard</source>
+        <translation>已复制 {n} 行到剪贴板</translation>
+    </message>
+    <message>
         <source>Save</source>
         <translation>保存</translation>
     </message>
     <message>
         <source>Cannot save</source>
         <translation>无法保存</translation>
+    </message>
+    <message>
+        <source>Saved {path}</source>
+        <translation>已保存 {path}</translation>
     </message>
 </context>
 <context>
@@ -1057,6 +1065,30 @@ The details are in the log folder:
 <context>
     <name>GpuPanel</name>
     <message>
+        <source>no GPU found</source>
+        <translation>未找到 GPU</translation>
+    </message>
+    <message>
+        <source>no NVIDIA driver</source>
+        <translation>没有 NVIDIA 驱动</translation>
+    </message>
+    <message>
+        <source>some GPUs were lost</source>
+        <translation>部分 GPU 已丢失</translation>
+    </message>
+    <message>
+        <source>the NVML Python bindings are missing</source>
+        <translation>缺少 NVML 的 Python 绑定</translation>
+    </message>
+    <message>
+        <source>the driver library and kernel module do not match</source>
+        <translation>驱动库与内核模块版本不一致</translation>
+    </message>
+    <message>
+        <source>NVML failed</source>
+        <translation>NVML 出错</translation>
+    </message>
+    <message>
         <source>Reading the local GPUs…</source>
         <translation>正在读取本机 GPU…</translation>
     </message>
@@ -1067,6 +1099,10 @@ The details are in the log folder:
     <message>
         <source>Plan for these GPUs</source>
         <translation>按这些 GPU 进行规划</translation>
+    </message>
+    <message>
+        <source>not readable</source>
+        <translation>无法读取</translation>
     </message>
     <message>
         <source>No NVIDIA GPU here ({status}): {message}</source>
@@ -1560,6 +1596,10 @@ The details are in the log folder:
         <translation>导出表格</translation>
     </message>
     <message>
+        <source>Exported {n:,} rows to {path}</source>
+        <translation>已将 {n:,} 行导出到 {path}</translation>
+    </message>
+    <message>
         <source># How batchfit estimates
 
 The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</source>
@@ -1591,16 +1631,16 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
         <translation>显存</translation>
     </message>
     <message>
-        <source>capacity {value:.1f} GiB</source>
-        <translation>容量 {value:.1f} GiB</translation>
-    </message>
-    <message>
-        <source>usable {value:.1f} GiB</source>
-        <translation>可用 {value:.1f} GiB</translation>
-    </message>
-    <message>
         <source>no plan: the smallest peak is {value:.1f} GiB</source>
         <translation>没有可行方案：最小峰值为 {value:.1f} GiB</translation>
+    </message>
+    <message>
+        <source>capacity {cap:.1f} GiB · usable {usable:.1f} GiB</source>
+        <translation>容量 {cap:.1f} GiB · 可用 {usable:.1f} GiB</translation>
+    </message>
+    <message>
+        <source>{n} smaller parts {value:.2f}</source>
+        <translation>其余 {n} 项 {value:.2f}</translation>
     </message>
     <message>
         <source>{part}: {value:.2f} GiB (total {total:.2f} GiB)</source>

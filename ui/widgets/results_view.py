@@ -51,7 +51,10 @@ class ResultsView(QWidget):
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.textChanged.connect(
             lambda text: self._filtered(self.model.set_text_filter, text))
-        bar.addWidget(self.filter_edit, 2)
+        self.filter_edit.setMinimumWidth(140)
+        bar.addWidget(self.filter_edit, 1)
+        layout.addLayout(bar)
+        bar = QHBoxLayout()  # a second row: the bar fits from 1024 px wide up
         bar.addWidget(QLabel(translate('ResultsView', 'min headroom')))
         self.headroom_spin = QDoubleSpinBox()
         self.headroom_spin.setRange(0.0, 1000.0)
@@ -77,6 +80,7 @@ class ResultsView(QWidget):
         self.distinct_check.toggled.connect(
             lambda on: self._filtered(self.model.set_distinct_only, on))
         bar.addWidget(self.distinct_check)
+        bar.addStretch(1)
         layout.addLayout(bar)
         self.summary = QLabel()
         self.summary.setObjectName('results_summary')
@@ -103,6 +107,7 @@ class ResultsView(QWidget):
         self.table.selectionModel().currentRowChanged.connect(self._row_changed)
         self.stack.addWidget(self.table)
         self.empty: QWidget | None = None
+        self.table.setMinimumHeight(90)
         layout.addWidget(self.stack, 1)
         self._base_summary = ''
 
