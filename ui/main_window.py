@@ -767,9 +767,19 @@ class MainWindow(QMainWindow):
         inv = self.hardware.latest
         uuids = tuple(g.uuid for g in inv.gpus if g.uuid) if inv is not None else ()
         dialog = CalibrationDialog(inputs.model, inputs.seq_len, uuids, self)
+        dialog.profile_saved.connect(self._profile_saved)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.show()
         return dialog
+
+    @Slot(str)
+    def _profile_saved(self, path: str) -> None:
+        """A calibration saved a GPU profile: plan again (``profile`` auto finds it)."""
+        current = self.current_inputs()
+        if current is not None:
+            self.controller.compute_now(current)
+        self.status.setText(translate('MainWindow', 'Plans now use the calibration {path}')
+                            .format(path=path))
 
     # ---- help ------------------------------------------------------------------------
 

@@ -62,6 +62,9 @@ class PlanInputs:
             frozen 16-bit or 4-bit NF4 base).
         lora_rank: the adapters' rank r (LoRA and QLoRA).
         lora_targets: ``attention`` (q, k, v, o) or ``all`` (every linear of a layer).
+        profile: calibration profile, as the CLI's ``--profile``: ``auto`` (the newest
+            profile of the GPU, as a calibration on this machine saves it), ``none``, or
+            a profile file.
     """
 
     model: str = 'llama-3.1-8b'
@@ -88,6 +91,7 @@ class PlanInputs:
     tuning: str = 'full'
     lora_rank: int = 16
     lora_targets: str = 'attention'
+    profile: str = 'auto'
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -110,7 +114,7 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
     from planner.hardware.catalog import find_gpu, inter_node_link
     from planner.models.source import resolve_model
     from planner.plans.request import PlanRequest
-    from planner.timing.step_time import TrainingLength
+    from planner.timing.step_time import StepTimeOptions, TrainingLength
 
     model = resolve_model(inputs.model)
     gpu = find_gpu(inputs.gpu)
@@ -130,6 +134,7 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
     if (inputs.base_lr is None) != (inputs.base_batch_samples is None):
         raise InputError('--base-lr', 'give the base LR and the base batch together')
     lora = lora_spec(inputs)
+    calibration = calibration_use(inputs, model, gpu)
     return PlanRequest(
         model=model, seq_len=inputs.seq_len, gpu=gpu, max_nodes=inputs.nodes,
         gpus_per_node=inputs.gpus_per_node, inter_node=link,
@@ -138,7 +143,27 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
         zero_stages=tuple(inputs.zero_stages), recompute_modes=tuple(inputs.recompute_modes),
         precision=inputs.precision, optimizer=inputs.optimizer,
         margin_fraction=inputs.margin_percent / 100.0,
-        price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k, lora=lora)
+        price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k, lora=lora,
+        **({} if calibration is None else {
+            'calibration': calibration.efficiency, 'overheads': calibration.overheads,
+            'step_options': calibration.step_options or StepTimeOptions()}))
+
+
+def calibration_use(inputs: PlanInputs, model, gpu):
+    """What the calibration profile gives the plan (None without one), as the CLI's
+    ``--profile`` (``planner.cli.plan.calibration_from_args``).
+
+    Raises:
+        InputError: the profile file is missing, malformed or of another device.
+    """
+    from planner.calibrate.apply import use_profile
+    from planner.calibrate.profile import choose_profile
+
+    loaded = choose_profile(inputs.profile, gpu)
+    if loaded is None:
+        return None
+    return use_profile(loaded, model=model, gpu=gpu, precision=inputs.precision,
+                       framework='hf', step_time=True)
 
 
 def lora_spec(inputs: PlanInputs) -> LoraSpec | None:

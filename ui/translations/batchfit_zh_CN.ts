@@ -33,8 +33,60 @@ The details are in the log folder:
         <translation>GPU {u}</translation>
     </message>
     <message>
-        <source>CPU (a quick check, not a GPU profile)</source>
-        <translation>CPU（仅作快速检查，不生成 GPU 校准配置）</translation>
+        <source>Done</source>
+        <translation>完成</translation>
+    </message>
+    <message>
+        <source>Cancelled</source>
+        <translation>已取消</translation>
+    </message>
+    <message>
+        <source>torch or numpy is missing</source>
+        <translation>缺少 torch 或 numpy</translation>
+    </message>
+    <message>
+        <source>no usable CUDA device</source>
+        <translation>没有可用的 CUDA 设备</translation>
+    </message>
+    <message>
+        <source>out of memory</source>
+        <translation>内存不足</translation>
+    </message>
+    <message>
+        <source>the model does not fit</source>
+        <translation>模型放不下</translation>
+    </message>
+    <message>
+        <source>an input was refused</source>
+        <translation>有输入被拒绝</translation>
+    </message>
+    <message>
+        <source>timed out</source>
+        <translation>超时</translation>
+    </message>
+    <message>
+        <source>the calibration failed</source>
+        <translation>校准失败</translation>
+    </message>
+    <message>
+        <source>about {n:.0f} s</source>
+        <translation>约 {n:.0f} 秒</translation>
+    </message>
+    <message>
+        <source>about {n:.0f} min</source>
+        <translation>约 {n:.0f} 分钟</translation>
+    </message>
+    <message>
+        <source>about {n:.1f} h</source>
+        <translation>约 {n:.1f} 小时</translation>
+    </message>
+    <message>
+        <source>CPU: quick check (a few tokens, under a minute on 2 cores)</source>
+        <translation>CPU：快速检查（少量 token，2 核上不到一分钟）</translation>
+    </message>
+    <message>
+        <source>CPU: full calibration (not a GPU profile)</source>
+        <translation>CPU：完整校准（不生成 GPU 校准配置）</translation>
     </message>
     <message>
         <source>device</source>
@@ -61,6 +113,26 @@ The details are in the log folder:
         <translation>尚未开始。</translation>
     </message>
     <message>
+        <source>quantity</source>
+        <translation>项目</translation>
+    </message>
+    <message>
+        <source>micro-batch × sequence</source>
+        <translation>微批次 × 序列长度</translation>
+    </message>
+    <message>
+        <source>measured</source>
+        <translation>实测</translation>
+    </message>
+    <message>
+        <source>batchfit predicts</source>
+        <translation>batchfit 预测</translation>
+    </message>
+    <message>
+        <source>difference</source>
+        <translation>差异</translation>
+    </message>
+    <message>
         <source>Start</source>
         <translation>开始</translation>
     </message>
@@ -73,6 +145,30 @@ The details are in the log folder:
         <translation>关闭</translation>
     </message>
     <message>
+        <source>The quick check times a few tokens on the CPU and then says how long a full calibration would take.</source>
+        <translation>快速检查在 CPU 上对少量 token 计时，然后告诉你完整校准需要多长时间。</translation>
+    </message>
+    <message>
+        <source>A full CPU calibration at sequence {s} takes {t} here (estimated from the quick check).</source>
+        <translation>在本机上以序列长度 {s} 做完整 CPU 校准需要{t}（根据快速检查估算）。</translation>
+    </message>
+    <message>
+        <source>A full CPU calibration can take many minutes: run the quick check first to see how long.</source>
+        <translation>完整 CPU 校准可能需要很多分钟：请先运行快速检查以了解所需时间。</translation>
+    </message>
+    <message>
+        <source>{p} does not run: enter the path of a Python 3.10 or later that has torch.</source>
+        <translation>{p} 无法运行：请填写已安装 torch 的 Python 3.10 或更高版本的路径。</translation>
+    </message>
+    <message>
+        <source>{p} lacks {m}. Install with:
+{cmd}
+or enter another Python above.</source>
+        <translation>{p} 缺少 {m}。安装命令：
+{cmd}
+或在上方填写另一个 Python。</translation>
+    </message>
+    <message>
         <source>No Python with torch found: run &quot;pip install torch&quot; in a Python 3.10 or later, then enter that python above.</source>
         <translation>未找到安装了 torch 的 Python：请在 Python 3.10 或更高版本中运行 &quot;pip install torch&quot;，然后在上方填写该 python 的路径。</translation>
     </message>
@@ -81,8 +177,28 @@ The details are in the log folder:
         <translation>正在启动…</translation>
     </message>
     <message>
-        <source>Profile saved to {p}</source>
-        <translation>校准配置已保存到 {p}</translation>
+        <source>Profile saved to {p}, but it cannot be read back: {e}</source>
+        <translation>校准配置已保存到 {p}，但无法读回：{e}</translation>
+    </message>
+    <message>
+        <source>step time (s)</source>
+        <translation>单步耗时 (s)</translation>
+    </message>
+    <message>
+        <source>peak memory (GiB)</source>
+        <translation>峰值内存 (GiB)</translation>
+    </message>
+    <message>
+        <source>Applied: plans for this GPU now use it.</source>
+        <translation>已应用：此 GPU 的方案现在使用该配置。</translation>
+    </message>
+    <message>
+        <source>A CPU profile is not applied to GPU plans.</source>
+        <translation>CPU 校准配置不会用于 GPU 方案。</translation>
+    </message>
+    <message>
+        <source>Done in {t:.0f} s. Profile saved to {p}. {applied}</source>
+        <translation>用时 {t:.0f} 秒完成。校准配置已保存到 {p}。{applied}</translation>
     </message>
 </context>
 <context>
@@ -1598,6 +1714,10 @@ The details are in the log folder:
     <message>
         <source>Exported {n:,} rows to {path}</source>
         <translation>已将 {n:,} 行导出到 {path}</translation>
+    </message>
+    <message>
+        <source>Plans now use the calibration {path}</source>
+        <translation>方案现在使用校准配置 {path}</translation>
     </message>
     <message>
         <source># How batchfit estimates
