@@ -124,13 +124,19 @@ class MemoryPlot(pg.PlotWidget):
 
     def _show_lines(self, cap: float, usable: float, top: float) -> None:
         self.capacity_gib = cap
-        self.capacity_line.label.setFormat(translate(
-            'MemoryPlot', 'capacity {cap:.1f} GiB · usable {usable:.1f} GiB').format(
-                cap=cap, usable=usable).replace('{', '{{').replace('}', '}}'))
-        self.capacity_line.setPos(cap)
-        self.usable_line.setPos(usable)
+        # Visible first: pyqtgraph's InfLineLabel re-renders its text only on a move while
+        # visible (InfLineLabel.valueChanged), so a line shown again at the same place
+        # kept the previous GPU's numbers; the text is then set explicitly.
         self.capacity_line.setVisible(True)
         self.usable_line.setVisible(True)
+        text = translate('MemoryPlot', 'capacity {cap:.1f} GiB · usable {usable:.1f} GiB'
+                         ).format(cap=cap, usable=usable)
+        label = self.capacity_line.label
+        label.setFormat(text.replace('{', '{{').replace('}', '}}'))
+        self.capacity_line.setPos(cap)
+        self.usable_line.setPos(usable)
+        label.setText(text)  # even while the window is hidden (valueChanged skips that)
+        label.valueChanged()
         # room above the capacity line for its label
         self.getPlotItem().setYRange(0, max(cap * 1.18, top * 1.05), padding=0)
         settle_view(self.getPlotItem())
