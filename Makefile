@@ -91,6 +91,11 @@ screenshots: $(VENV)/.installed-run
 	$(BIN)/batchfit plan --model llama-3.1-70b --seq-len 8192 --gpu h200 --nodes 16 \
 		--global-batch 2048 --tokens 15T --save build/cluster-plan.json > /dev/null
 	$(SHOT) docs/screenshot-cluster.png --language en build/cluster-plan.json
+	$(SHOT) docs/screenshot-1024.png --language en --size 1024x700
+	$(SHOT) docs/screenshot-1024-zh_CN.png --language zh_CN --size 1024x700
+	$(SHOT) docs/screenshot-empty.png --language en --size 1024x700 --model llama-3.1-70b
+	$(SHOT) docs/screenshot-empty-zh_CN.png --language zh_CN --size 1024x700 \
+		--model llama-3.1-70b
 
 # The desktop app's translations (docs/translations.md): pull every translate() and
 # QT_TRANSLATE_NOOP string of ui/ into the .ts files, then compile each to its .qm.

@@ -112,6 +112,7 @@ class _Series:
         self.note.setParentItem(item.getViewBox())
         self.note.anchor(itemPos=(0.5, 0.5), parentPos=(0.5, 0.5))
         self.note.setVisible(False)
+        self.empty: bool | None = None  # whether the note is shown (None: not yet decided)
 
     def set_data(self, x, y, on_curve=None) -> bool:
         """Replace the points; False when they are already drawn (nothing to repaint).
@@ -127,7 +128,7 @@ class _Series:
                     else np.asarray(on_curve, bool))[ok]
         x, y = x[ok], y[ok]
         if (np.array_equal(x, self.x) and np.array_equal(y, self.y)
-                and np.array_equal(on_curve, self.on_curve)):
+                and np.array_equal(on_curve, self.on_curve) and self.empty is not None):
             return False
         self.x, self.y, self.on_curve = x, y, on_curve
         self.curve.setData(x[on_curve], y[on_curve])
@@ -136,8 +137,9 @@ class _Series:
         return True
 
     def _show_empty(self, empty: bool) -> None:
-        if empty == self.note.isVisible():
+        if empty == self.empty:
             return
+        self.empty = empty
         self.note.setVisible(empty)
         for name in ('left', 'bottom', 'right'):
             axis = self.item.getAxis(name)
