@@ -14,6 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from planner.errors import InputError
 from planner.hardware.catalog import find_gpu, find_interconnect
 from planner.memory.training import LoraSpec
 from planner.models.presets import find_preset
@@ -42,16 +43,49 @@ SCONTROL = '#!/usr/bin/env bash\nprintf "gpu-node-007\\ngpu-node-008\\n"\n'
 def make_plan(*, model: str = 'llama-3.2-1b', nodes: int = 2, gpus_per_node: int = 8,
               tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1, micro_batch: int = 2,
               zero: int = 1, recompute: str = 'none', global_batch: int = 256,
-              precision: str = 'amp-bf16', framework: str = 'hf', optimizer: str = 'adamw',
+              precision: str = '', framework: str = '', optimizer: str = 'adamw',
               base_lr: float | None = 3e-4, seq_len: int = 2048,
               tokens: float = 2e10, lora: LoraSpec | None = None) -> PlanFile:
-    """A plan from a real search, pinned to one layout (LoRA with ``lora``)."""
+    """A plan from a real search, pinned to one layout (LoRA with ``lora``); with no
+    ``framework``, the best stack that runs the layout, with its own recipe.
+
+    A (framework, precision, ZeRO) combination no stack runs is what a schema-2 plan
+    file (one global framework and recipe, migrated) can still hold: it is searched with
+    every stack and its recipe, then recorded with the asked framework and precision, so
+    the exporters' handling of such files stays tested.
+    """
+    try:
+        return _make_plan(model=model, nodes=nodes, gpus_per_node=gpus_per_node, tp=tp, pp=pp,
+                          cp=cp, vpp=vpp, micro_batch=micro_batch, zero=zero,
+                          recompute=recompute, global_batch=global_batch, precision=precision,
+                          framework=framework, optimizer=optimizer, base_lr=base_lr,
+                          seq_len=seq_len, tokens=tokens, lora=lora)
+    except InputError:
+        if not (framework or precision):
+            raise
+    plan = _make_plan(model=model, nodes=nodes, gpus_per_node=gpus_per_node, tp=tp, pp=pp,
+                      cp=cp, vpp=vpp, micro_batch=micro_batch, zero=zero, recompute='',
+                      global_batch=global_batch, precision='', framework='',
+                      optimizer=optimizer, base_lr=base_lr, seq_len=seq_len, tokens=tokens,
+                      lora=lora)
+    legacy = {'framework': framework or 'hf', 'precision': precision or 'amp-bf16'}
+    return dataclasses.replace(
+        plan, constraints=dataclasses.replace(plan.constraints, **legacy),
+        candidate=dataclasses.replace(plan.candidate, recompute=recompute, **legacy))
+
+
+def _make_plan(*, model: str, nodes: int, gpus_per_node: int, tp: int, pp: int, cp: int,
+               vpp: int, micro_batch: int, zero: int, recompute: str, global_batch: int,
+               precision: str, framework: str, optimizer: str, base_lr: float | None,
+               seq_len: int, tokens: float, lora: LoraSpec | None) -> PlanFile:
     request = PlanRequest(
         model=find_preset(model), seq_len=seq_len, gpu=find_gpu('h100-sxm'), max_nodes=nodes,
         gpus_per_node=gpus_per_node,
         inter_node=find_interconnect('ib-ndr') if nodes > 1 else None,
         global_batch=global_batch, length=TrainingLength(tokens=tokens),
-        zero_stages=(zero,), recompute_modes=(recompute,), precision=precision,
+        zero_stages=(zero,),
+        recompute_modes=(recompute,) if recompute else ('none', 'selective', 'full'),
+        precision=precision,
         optimizer=optimizer, framework=framework, lora=lora,
         limits=LayoutLimits(gpus=(nodes * gpus_per_node,), tp=(tp,), pp=(pp,), cp=(cp,),
                             vpp=(vpp,), micro_batch=(micro_batch,),

@@ -43,6 +43,7 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'optimizer step temporaries'),
     QT_TRANSLATE_NOOP('Core', 'activations'),
     QT_TRANSLATE_NOOP('Core', 'logits and loss buffers'),
+    QT_TRANSLATE_NOOP('Core', 'model output held by the loop'),
     QT_TRANSLATE_NOOP('Core', 'eager attention scores (transient)'),
     QT_TRANSLATE_NOOP('Core', 'forward temporaries'),
     QT_TRANSLATE_NOOP('Core', 'autocast weight copies'),
@@ -66,6 +67,7 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'cp comm'),
     QT_TRANSLATE_NOOP('Core', 'pp comm'),
     QT_TRANSLATE_NOOP('Core', 'dp comm'),
+    QT_TRANSLATE_NOOP('Core', 'ep comm'),
     QT_TRANSLATE_NOOP('Core', 'optimizer'),
     QT_TRANSLATE_NOOP('Core', 'overhead'),
     # planner.timing.step_time.RECOMPUTE_MODES
@@ -77,6 +79,10 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'fp32 tensors, matmuls on TF32 tensor cores'),
     QT_TRANSLATE_NOOP('Core', 'torch.autocast(bf16) over fp32 parameters (HF Trainer --bf16)'),
     QT_TRANSLATE_NOOP('Core', 'torch.autocast(fp16) over fp32 parameters with a GradScaler'),
+    QT_TRANSLATE_NOOP('Core', 'FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam '
+                              '(16 B/param over d), bf16 all-gather and compute, no autocast'),
+    QT_TRANSLATE_NOOP('Core', 'DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an fp32 '
+                              'gradient accumulation buffer with ZeRO 0-1'),
     QT_TRANSLATE_NOOP('Core', 'Megatron/DeepSpeed: bf16 weights, fp32 grads and master '
                               '(18 B/param)'),
     QT_TRANSLATE_NOOP('Core', 'ZeRO paper mixed precision: fp16 weights and grads, fp32 master '

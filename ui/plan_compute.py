@@ -155,7 +155,7 @@ def guidance_for(outcome: PlanOutcome, c: Candidate | None) -> Guidance:
     batch = c.global_batch if c is not None else max(1, round(outcome.result.target_batch_samples))
     fraction = None
     if c is not None and req.calibration is None:
-        fraction = attainable_fraction(c.efficiency, req.gpu.family, req.framework)
+        fraction = attainable_fraction(c.efficiency, req.gpu.family, c.framework)
     return advise(req.model, req.seq_len, batch,
                   total_tokens=None if req.length is None else req.length.total_tokens(
                       req.seq_len),
@@ -175,10 +175,11 @@ def memory_estimate_for(outcome: PlanOutcome, c: Candidate):
 
     req = outcome.request
     setup = TrainingSetup(seq_len=req.seq_len, micro_batch=c.micro_batch,
-                          grad_accum=c.grad_accum, precision=req.precision,
+                          grad_accum=c.grad_accum, precision=c.precision,
                           optimizer=req.optimizer, zero=c.zero, tp=c.tp, pp=c.pp, vpp=c.vpp,
                           cp=c.cp, dp=c.dp, sequence_parallel=req.limits.sequence_parallel,
                           recompute=c.recompute, attention=req.attention,
-                          framework=req.framework, loss=req.loss, lora=req.lora)
+                          framework=c.framework, loss=req.loss, lora=req.lora, ep=c.ep,
+                          loop=req.loop)
     return estimate(req.model, setup, req.gpu, margin_fraction=req.margin_fraction,
                     overheads=req.overheads)

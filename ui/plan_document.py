@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 # What ``batchfit plan`` can set but the window does not offer; the window plans with
 # these defaults, and says so when a file used another value.
-_WINDOW_DEFAULTS = {'attention': 'flash', 'framework': 'hf', 'loss': '', 'sort_by': 'time'}
+_WINDOW_DEFAULTS = {'attention': 'flash', 'framework': 'hf', 'sort_by': 'time'}
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def opened_plan(plan: PlanFile, models_dir: Path | None = None) -> OpenedPlan:
         margin_percent=round(c.margin_fraction * 100.0, 6),
         price_per_gpu_hour_usd=c.price_per_gpu_hour_usd, base_lr=g.base_lr,
         base_batch_samples=g.base_batch_samples, b_noise_tokens=g.b_noise_tokens, **length,
-        **tuning)
+        **tuning, loop=c.loop, loss=c.loss)
     for name, default in _WINDOW_DEFAULTS.items():
         value = getattr(c, name)
         if value not in (default, None):

@@ -62,6 +62,8 @@ class PlanInputs:
             frozen 16-bit or 4-bit NF4 base).
         lora_rank: the adapters' rank r (LoRA and QLoRA).
         lora_targets: ``attention`` (q, k, v, o) or ``all`` (every linear of a layer).
+        loop: ``keep-outputs`` or ``trainer`` (``planner/memory/model_outputs.py``).
+        loss: '' (the framework's), ``hf``, ``chunked`` or ``vocab-parallel``.
         profile: calibration profile, as the CLI's ``--profile``: ``auto`` (the newest
             profile of the GPU, as a calibration on this machine saves it), ``none``, or
             a profile file.
@@ -91,6 +93,8 @@ class PlanInputs:
     tuning: str = 'full'
     lora_rank: int = 16
     lora_targets: str = 'attention'
+    loop: str = 'keep-outputs'
+    loss: str = ''
     profile: str = 'auto'
 
     def with_changes(self, **changes: Any) -> PlanInputs:
@@ -144,6 +148,7 @@ def build_request(inputs: PlanInputs, top_k: int = 100) -> PlanRequest:
         precision=inputs.precision, optimizer=inputs.optimizer,
         margin_fraction=inputs.margin_percent / 100.0,
         price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k, lora=lora,
+        loop=inputs.loop, loss=inputs.loss,
         **({} if calibration is None else {
             'calibration': calibration.efficiency, 'overheads': calibration.overheads,
             'step_options': calibration.step_options or StepTimeOptions()}))

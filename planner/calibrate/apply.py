@@ -174,7 +174,7 @@ def use_profile(lp: LoadedProfile, *, model: ModelSpec | None = None,
     efficiency = None
     if dtype != p.step_time.compute_dtype:
         skipped['efficiency'] = (f'measured in {p.step_time.compute_dtype}, planning in {dtype}')
-    elif framework != 'hf':
+    elif framework and _kernels(framework) != 'eager':
         skipped['efficiency'] = f'measured on eager PyTorch, planning for {framework}'
     else:
         efficiency = efficiency_from_profile(p, source)
@@ -185,6 +185,13 @@ def use_profile(lp: LoadedProfile, *, model: ModelSpec | None = None,
         applied.append('link_bandwidth')
     return dataclasses.replace(use, efficiency=efficiency, step_options=options,
                                applied=tuple(applied), not_applied=skipped)
+
+
+def _kernels(framework: str) -> str:
+    """``eager`` or ``megatron``: whose kernels a stack's time is modelled on."""
+    from planner.stacks import STACKS
+
+    return STACKS[framework].efficiency if framework in STACKS else framework
 
 
 def calibration_summary(lp: LoadedProfile, applied: tuple[str, ...],

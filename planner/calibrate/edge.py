@@ -23,7 +23,12 @@ from planner.calibrate import fit
 from planner.calibrate.environment import limit_memory
 from planner.calibrate.probes import fake_peak_bytes, is_oom, sync, train_step
 from planner.calibrate.proxy import build_proxy, make_optimizer, random_batch
-from planner.calibrate.records import MaxMicroBatchRecord, ProbeRecord, model_spec_to_dict
+from planner.calibrate.records import (
+    PROBE_LOOP,
+    MaxMicroBatchRecord,
+    ProbeRecord,
+    model_spec_to_dict,
+)
 from planner.hardware.devices import GpuSpec
 from planner.memory.peak import Overheads, estimate
 from planner.memory.training import TrainingSetup
@@ -54,7 +59,7 @@ def largest_micro_batch(s: Settings, gpu: GpuSpec, overheads: Overheads,
     for k in range(MAX_EDGE_PROBES):
         progress('max_micro_batch', (k + 0.2) / MAX_EDGE_PROBES, f'probing micro-batch {b}')
         setup = TrainingSetup(seq_len=s.seq_len, micro_batch=b, precision=s.precision,
-                              attention=s.attention, framework='hf')
+                              attention=s.attention, framework='hf', loop=PROBE_LOOP)
         est = estimate(s.spec, setup, gpu, margin_fraction=0.0, overheads=overheads)
         result = run_edge_probe({
             'model': model_spec_to_dict(s.spec), 'micro_batch': b, 'seq_len': s.seq_len,
@@ -89,7 +94,7 @@ def largest_micro_batch(s: Settings, gpu: GpuSpec, overheads: Overheads,
 def does_not_fit_message(s: Settings, gpu: GpuSpec, mb: MaxMicroBatchRecord) -> str:
     """The exit-5 message: how much the model needs, what the device has, what to do."""
     setup = TrainingSetup(seq_len=s.seq_len, micro_batch=1, precision=s.precision,
-                          attention=s.attention, framework='hf')
+                          attention=s.attention, framework='hf', loop=PROBE_LOOP)
     need = estimate(s.spec, setup).tensor_peak_bytes
     return (f'{s.spec.name} does not fit one {gpu.name} even at micro-batch 1 (about '
             f'{need / 2**30:,.1f} GiB of tensors, {mb.capacity_bytes / 2**30:,.1f} GiB '

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from planner.calibrate.records import PROBE_LOOP
 from planner.hardware.devices import GpuSpec
 from planner.memory.peak import Overheads, estimate
 from planner.memory.training import TrainingSetup
@@ -257,7 +258,7 @@ def largest_fitting_micro_batch(model: ModelSpec, seq_len: int, precision: str, 
 
     def fits(b: int) -> bool:
         setup = TrainingSetup(seq_len=seq_len, micro_batch=b, precision=precision,
-                              attention=attention, framework='hf')
+                              attention=attention, framework='hf', loop=PROBE_LOOP)
         est = estimate(model, setup, gpu, margin_fraction=0.0, overheads=overheads)
         extra = (scale - 1.0) * est.tensor_peak_bytes * (1 + overheads.allocator_fraction)
         return est.total_bytes + extra <= gpu.memory_bytes

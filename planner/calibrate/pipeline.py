@@ -34,6 +34,7 @@ from planner.calibrate.environment import environment, limit_memory
 from planner.calibrate.profile import profile_from_dict, utc_now
 from planner.calibrate.protocol import EventWriter
 from planner.calibrate.records import (
+    PROBE_LOOP,
     SCHEMA,
     DeviceInfo,
     MemoryRecord,
@@ -328,7 +329,7 @@ def _step_measurement(s: Settings, t: probes.ProxyTiming, fake_peaks: _FakePeaks
     cpu = s.device == 'cpu'
     estimated = estimate(s.spec.with_changes(num_layers=t.layers), TrainingSetup(
         seq_len=t.seq_len, micro_batch=t.micro_batch, precision=s.precision,
-        attention=s.attention, framework='hf')).tensor_peak_bytes
+        attention=s.attention, framework='hf', loop=PROBE_LOOP)).tensor_peak_bytes
     return StepMeasurement(
         layers=t.layers, micro_batch=t.micro_batch, seq_len=t.seq_len,
         forward_backward_s=t.forward_backward_s, optimizer_s=t.optimizer_s, repeats=t.repeats,
@@ -369,7 +370,7 @@ def _memory_record(steps: list[StepMeasurement], context: int, s: Settings) -> M
               if (m.micro_batch, m.seq_len) == (b, seq)}
         _, _, extrapolated = fit.extrapolate_depth(at, s.spec.num_layers)
         setup = TrainingSetup(seq_len=seq, micro_batch=b, precision=s.precision,
-                              attention=s.attention, framework='hf')
+                              attention=s.attention, framework='hf', loop=PROBE_LOOP)
         full.append((b, seq, int(extrapolated), int(estimate(s.spec, setup).tensor_peak_bytes)))
     if s.device == 'cpu':  # MemTracker's bytes are exact tensor bytes: nothing on top
         return MemoryRecord(cuda_context_bytes=0, workspace_bytes=0, nccl_bytes=0,

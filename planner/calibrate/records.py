@@ -15,6 +15,10 @@ from typing import Any
 from planner.errors import InputError
 from planner.models.spec import ModelSpec, MoESpec
 
+# The probes' step (planner/calibrate/probes.py ``train_step``) keeps only the loss, as
+# the HF Trainer does: its estimate counts no held model output.
+PROBE_LOOP = 'trainer'
+
 SCHEMA = 'batchfit.calibration/1'
 DEVICE_KINDS: tuple[str, ...] = ('cuda', 'cpu')
 

@@ -18,8 +18,9 @@ from planner.cli.plan import add_plan_command
 from planner.errors import InputError
 from planner.memory.training import (
     ATTENTION_KINDS,
-    FRAMEWORKS,
+    LOOPS,
     LORA_TARGETS,
+    LOSSES,
     OFFLOAD_MODES,
     RECOMPUTE_MODES,
     LoraSpec,
@@ -76,16 +77,26 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def add_memory_option_args(p: argparse.ArgumentParser) -> None:
     """Precision, optimizer, attention and fine-tuning options shared by commands."""
     from planner.memory.recipes import OPTIMIZERS, RECIPES
-    p.add_argument('--precision', choices=tuple(RECIPES), default='amp-bf16',
-                   help='precision recipe (default amp-bf16: torch.autocast over fp32)')
+    from planner.stacks import STACK_KEYS
+    p.add_argument('--precision', choices=tuple(RECIPES), default='',
+                   help="precision recipe (default: the stack's own, e.g. amp-bf16 for hf "
+                        'DDP, fsdp-bf16 for FSDP2, bf16-mixed for megatron)')
     p.add_argument('--optimizer', choices=tuple(OPTIMIZERS), default='adamw')
     p.add_argument('--attention', choices=ATTENTION_KINDS, default='flash',
                    help='flash (fused SDPA kernels, no s^2 term) or eager')
-    p.add_argument('--framework', choices=FRAMEWORKS, default='hf',
-                   help='whose kernels decide the saved tensors: hf (PyTorch eager, '
-                        'transformers) or megatron (fused, Korthikanti accounting)')
-    p.add_argument('--loss', choices=('hf', 'megatron'), default='',
-                   help="loss implementation (default: the framework's)")
+    p.add_argument('--framework', choices=STACK_KEYS, default='',
+                   help='the stack that runs the job (its layouts, precision, recompute, '
+                        'kernels, loss and launchers): ' + ', '.join(STACK_KEYS)
+                        + '; default: plan searches every stack, estimate assumes the '
+                        'first that runs the layout')
+    p.add_argument('--loss', choices=LOSSES[1:], default='',
+                   help="loss implementation (default: the stack's): hf (fp32 upcast of "
+                        "the logits), chunked (fused/chunked CE such as Liger's), "
+                        "vocab-parallel (Megatron's; also spelled megatron)")
+    p.add_argument('--loop', choices=LOOPS, default=LOOPS[0],
+                   help='training loop: keep-outputs (accelerate/plain loops hold the '
+                        'model output, its logits, through backward and the step; the '
+                        'default, more memory) or trainer (HF Trainer/TRL free it)')
     p.add_argument('--no-foreach', dest='foreach', action='store_false',
                    help="torch.optim's for-loop step (the CPU default) instead of foreach")
     p.add_argument('--lora-rank', type=positive_int('--lora-rank'),
@@ -172,27 +183,64 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if world % per_replica:
         raise InputError('--gpus-per-node', f'{world} GPUs are not divisible by tp x pp x cp '
                          f'= {per_replica}', f'a multiple of {per_replica} GPUs')
+    lora = lora_from_args(args)
+    stack = estimate_stack(args, lora is not None)
+    precision = args.precision or stack.recipe_for(args.zero, lora is not None)
     setup = TrainingSetup(
         seq_len=args.seq_len, micro_batch=args.micro_batch, grad_accum=args.grad_accum,
-        precision=args.precision, optimizer=args.optimizer, zero=args.zero,
+        precision=precision, optimizer=args.optimizer, zero=args.zero,
         offload=args.offload, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
         dp=world // per_replica, sequence_parallel=args.sequence_parallel,
-        recompute=args.recompute, attention=args.attention, framework=args.framework,
-        loss=args.loss, lora=lora_from_args(args), foreach=args.foreach)
+        recompute=args.recompute, attention=args.attention, framework=stack.key,
+        loss=args.loss, lora=lora, foreach=args.foreach, loop=args.loop)
     # A profile of this GPU replaces the default overheads with measured ones.
     loaded = choose_profile(args.profile, gpu)
     calibration = None if loaded is None else use_profile(loaded, model=model, gpu=gpu)
     est = estimate(model, setup, gpu, margin_fraction=args.margin,
                    overheads=None if calibration is None else calibration.overheads)
+    assumed = not args.framework
     if args.json:
         doc = estimate_json(model, setup, est, gpu)
         doc['calibration'] = None if calibration is None else calibration.summary()
+        doc['stack'] = {'key': stack.key, 'assumed': assumed}
         print(json.dumps(doc, indent=2))
     else:
         print(estimate_text(model, setup, est, gpu))
+        print(f'Stack: {stack.key} ({stack.label}, {setup.precision})'
+              + (' assumed: the first stack that runs this layout; --framework to choose'
+                 if assumed else ''))
         if calibration is not None:
             print(calibration.line())
     return 0
+
+
+def estimate_stack(args: argparse.Namespace, lora: bool):
+    """The stack an estimate is for: ``--framework``, checked against the layout and
+    overrides, else the first stack that runs them (``planner.stacks.STACKS`` order).
+
+    Raises:
+        InputError: the named stack (or every stack) cannot run the configuration.
+    """
+    from planner.stacks import STACKS, get_stack
+
+    def check(stack) -> None:
+        stack.check(precision=args.precision, zero_stages=(args.zero,),
+                    recompute_modes=(args.recompute,), lora=lora)
+        stack.check_layout(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
+                           zero=args.zero)
+
+    if args.framework:
+        stack = get_stack(args.framework)
+        check(stack)
+        return stack
+    for stack in STACKS.values():
+        try:
+            check(stack)
+        except InputError:
+            continue
+        return stack
+    check(STACKS['megatron'])  # raises, naming what the most general stack allows
+    raise AssertionError('unreachable')
 
 
 def _cmd_models(args: argparse.Namespace) -> int:

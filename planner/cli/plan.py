@@ -209,7 +209,7 @@ def request_from_args(args: argparse.Namespace,
         gpus_per_node=args.gpus_per_node, inter_node=link, global_batch=args.global_batch,
         global_batch_tokens=args.global_batch_tokens, length=length, zero_stages=args.zero,
         recompute_modes=args.recompute, precision=args.precision, optimizer=args.optimizer,
-        attention=args.attention, framework=args.framework, loss=args.loss,
+        attention=args.attention, framework=args.framework, loss=args.loss, loop=args.loop,
         margin_fraction=args.margin, price_per_gpu_hour_usd=args.price, sort_by=args.sort,
         top_k=args.top, limits=limits, lora=lora,
         **({} if calibration is None else {
@@ -248,7 +248,7 @@ def guidance_for(req: PlanRequest, result: SearchResult, args: argparse.Namespac
         base_batch = base_batch / req.seq_len  # tokens -> sequences
     fraction = None
     if best is not None and req.calibration is None:
-        fraction = attainable_fraction(best.efficiency, req.gpu.family, req.framework)
+        fraction = attainable_fraction(best.efficiency, req.gpu.family, best.framework)
     gemm = None
     if best is not None and result.step is not None:
         gemm = float(result.step.gemm_flops[result.ranking[0]])
@@ -299,13 +299,14 @@ def _si(value: float, unit: str = '') -> str:
 
 
 def _table(candidates: list[Candidate], has_length: bool) -> list[str]:
-    columns = [('#', 7), ('GPUs', 6), ('nodes', 6), ('tp/pp/cp/dp', 14), ('micro×acc', 10),
+    columns = [('#', 7), ('stack', 14), ('GPUs', 6), ('nodes', 6), ('tp/pp/cp/dp', 14),
+               ('micro×acc', 10),
                ('ZeRO', 5), ('recompute', 10), ('mem GiB', 8), ('free GiB', 9), ('step s', 8),
                ('tok/s', 8), ('MFU', 6), ('days', 7), ('GPU-h', 8), ('$', 8)]
     lines = [''.join(f'{name:>{w}}' if i else f'{name:<{w}}' for i, (name, w) in
                      enumerate(columns))]
     for c in candidates:
-        cells = [str(c.rank), str(c.gpus), str(c.nodes), c.layout,
+        cells = [str(c.rank), c.framework, str(c.gpus), str(c.nodes), c.layout,
                  f'{c.micro_batch}×{c.grad_accum}', str(c.zero), c.recompute,
                  f'{c.memory.total_bytes / 2**30:.1f}', f'{c.memory.headroom_bytes / 2**30:.1f}',
                  f'{c.step_time_s:.3g}', _si(c.tokens_per_s), f'{c.mfu:.1%}',
@@ -332,10 +333,13 @@ def lora_line(req: PlanRequest) -> str:
 
 def _why(c: Candidate, gpu: GpuSpec) -> list[str]:
     """A few sentences on the winning plan."""
+    from planner.stacks import STACKS
+
     parts = c.step_breakdown_s
     labels = {'compute_s': 'GEMMs', 'elementwise_s': 'memory-bound ops', 'bubble_s': 'bubble',
               'tp_comm_s': 'TP comm', 'cp_comm_s': 'CP comm', 'pp_comm_s': 'PP sends',
-              'dp_comm_s': 'DP/ZeRO comm (exposed)', 'optimizer_s': 'optimizer',
+              'dp_comm_s': 'DP/ZeRO comm (exposed)', 'ep_comm_s': 'EP all-to-all',
+              'optimizer_s': 'optimizer',
               'overhead_s': 'overhead'}
     split = ', '.join(f'{labels[k]} {v / c.step_time_s:.0%}' for k, v in
                       sorted(parts.items(), key=lambda kv: -kv[1]) if v / c.step_time_s >= 0.005)
@@ -347,6 +351,7 @@ def _why(c: Candidate, gpu: GpuSpec) -> list[str]:
                 2: 'gradients and optimizer states sharded (ZeRO-2)',
                 3: 'everything sharded (ZeRO-3/FSDP)'}[c.zero]
     return [
+        f'Stack: {c.framework} ({STACKS[c.framework].label}), {c.precision}.',
         f'Why #{c.rank}: {c.gpus} GPUs on {c.nodes} node(s) of {c.gpus_per_node}: TP {c.tp}'
         f'{" with sequence parallelism" if c.sequence_parallel else ""}, {pipeline}, CP {c.cp}, '
         f'DP {c.dp}; each replica runs {c.grad_accum} micro-batch(es) of {c.micro_batch} per '
@@ -392,7 +397,8 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
         f'{m.name}: {m.total_params() / 1e9:,.2f} B parameters · sequence {req.seq_len} · '
         f'global batch {batch:,.6g} sequences ({batch * req.seq_len:,.0f} tokens)',
         f'Cluster: up to {req.max_nodes} x {req.gpus_per_node} {gpu.name}{link}',
-        f'{req.precision} · {req.optimizer} · {req.attention} attention · {req.framework} · '
+        f'{req.precision or "own precision per stack"} · {req.optimizer} · {req.attention} '
+        f'attention · stacks {", ".join(s.key for s in req.stacks())} · '
         f'margin {req.margin_fraction:.0%} · ${req.price:.2f}/GPU-hour',
     ]
     if req.lora is not None:

@@ -143,9 +143,15 @@ def sharding_backend(plan: PlanFile, options: ExportOptions, fmt: str) -> str:
 
     FSDP's FULL_SHARD is ZeRO-3 and SHARD_GRAD_OP ZeRO-2; it has no ZeRO-1.
     """
-    zero = plan.candidate.zero
+    zero, stack = plan.candidate.zero, plan.candidate.framework
+    # The stack says which engine shards (planner.stacks): the Trainer with DeepSpeed, or
+    # accelerate's FSDP2 for the hf stack's ZeRO-2/3 (LoRA plans: either, as asked).
+    if stack == 'hf-deepspeed':
+        return 'deepspeed'
     if zero == 0:
         return 'ddp'
+    if stack == 'hf' and plan.constraints.lora is None:
+        return 'fsdp'
     if options.sharding == 'fsdp' and zero == 1:
         raise refuse(fmt, 'FSDP has no ZeRO-1 (optimizer-only) sharding',
                      '--sharding deepspeed, or re-plan with --zero 0,2,3')
@@ -160,7 +166,7 @@ def precision_kind(plan: PlanFile) -> str:
     """
     return {'amp-bf16': 'bf16', 'bf16-mixed': 'bf16', 'amp-fp16': 'fp16',
             'fp16-mixed': 'fp16', 'fp32': 'fp32', 'tf32': 'tf32', 'fp8': 'fp8',
-            'bf16': 'bf16-pure'}[plan.constraints.precision]
+            'bf16': 'bf16-pure', 'fsdp-bf16': 'bf16', 'ds-bf16': 'bf16'}[plan.candidate.precision]
 
 
 def learning_rate(plan: PlanFile) -> float | None:
@@ -241,7 +247,7 @@ def header(plan: PlanFile, n: BatchNumbers, tool: str) -> list[str]:
         f'parameters, sequence {plan.targets.seq_len}',
         f'{n.nodes} node(s) x {n.gpus_per_node} {plan.cluster.gpu_name or plan.cluster.gpu}; '
         f'tp/pp/cp/dp {c.layout}; ZeRO {c.zero}; recompute {c.recompute}; '
-        f'{plan.constraints.precision}',
+        f'{plan.candidate.precision}; stack {plan.candidate.framework}',
         f'global batch {n.global_batch} = micro-batch {n.micro_batch} x accumulation '
         f'{n.grad_accum} x DP {n.dp}',
     ]

@@ -57,6 +57,10 @@ def deepspeed_dict(plan: PlanFile, n: BatchNumbers, fmt: str = 'deepspeed', *,
     }
     if precision in ('bf16', 'fp8'):
         config['bf16'] = {'enabled': True}
+        if plan.candidate.precision == 'ds-bf16' and c.zero <= 1:
+            # as planned: ZeRO 0-1 run the BF16_Optimizer with its fp32 gradient buffer
+            # (deepspeedai/DeepSpeed deepspeed/runtime/engine.py _do_optimizer_sanity_check)
+            config['data_types'] = {'grad_accum_dtype': 'fp32'}
         if precision == 'fp8':
             notes.append('DeepSpeed has no fp8 recipe: bf16 instead (no fp8 weight copies, '
                          'so less memory than planned, and slower GEMMs)')
@@ -99,4 +103,8 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
         notes.append(f'tp x pp x cp = {n.model_parallel}: train_batch_size counts the {n.dp} '
                      'data-parallel ranks only; pass your model-parallel unit as mpu= to '
                      'deepspeed.initialize so DeepSpeed sees the same')
+    if plan.candidate.pp > 1:
+        notes.append(f'pipeline: build the model as deepspeed.pipe.PipelineModule(layers=..., '
+                     f'num_stages={plan.candidate.pp}) and train with engine.train_batch() '
+                     '(1F1B, no virtual stages)')
     return Export(json_text(config) + '\n', 'ds_config.json', tuple(notes))

@@ -60,6 +60,8 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
         ('--context-parallel-size', c.cp),
         ('--micro-batch-size', n.micro_batch), ('--global-batch-size', n.global_batch),
     ]
+    if c.ep > 1:
+        args.append(('--expert-model-parallel-size', c.ep))
     if c.vpp > 1:
         args.append(('--num-layers-per-virtual-pipeline-stage', m.num_layers // (c.pp * c.vpp)))
     if c.sequence_parallel and c.tp > 1:

@@ -38,7 +38,7 @@ def payload_kind(plan: PlanFile, options: ExportOptions) -> str:
     """What runs under torchrun: the option, else Megatron or HF when the plan suits them."""
     if options.payload is not None:
         return options.payload
-    if plan.constraints.framework == 'megatron':
+    if plan.candidate.framework == 'megatron':
         return 'megatron'
     c = plan.candidate
     return 'hf' if c.tp * c.pp * c.cp == 1 else 'torchrun'

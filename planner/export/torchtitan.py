@@ -62,7 +62,7 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     kind = precision_kind(plan)
     if kind in ('fp16', 'bf16-pure'):
         raise refuse('torchtitan', f'torchtitan trains in fp32 or bf16 mixed precision, not '
-                     f'{plan.constraints.precision}', 're-plan with --precision amp-bf16')
+                     f'{plan.candidate.precision}', 're-plan with --framework torchtitan')
     optimizer = OPTIMIZERS.get(plan.constraints.optimizer)
     if optimizer is None:
         raise refuse('torchtitan', f'torchtitan has no {plan.constraints.optimizer} optimizer',
@@ -80,12 +80,16 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     training: dict[str, Any] = {
         'local_batch_size': local, 'global_batch_size': n.global_batch,
         'seq_len': plan.targets.seq_len, 'max_norm': 1.0,
+        # the plan's recipe (fsdp-bf16: MixedPrecisionPolicy(param bf16, reduce fp32))
         'mixed_precision_param': 'float32' if kind in ('fp32', 'tf32') else 'bfloat16',
+        'mixed_precision_reduce': 'float32',
         'steps': plan.steps}
     parallelism: dict[str, Any] = {
         'data_parallel_replicate_degree': replicate, 'data_parallel_shard_degree': shard,
         'fsdp_reshard_after_forward': reshard, 'tensor_parallel_degree': c.tp,
         'pipeline_parallel_degree': c.pp, 'context_parallel_degree': c.cp}
+    if c.ep > 1:
+        parallelism['expert_parallel_degree'] = c.ep
     if c.pp > 1:
         parallelism['pipeline_parallel_microbatch_size'] = n.micro_batch
         parallelism['pipeline_parallel_schedule'] = 'Interleaved1F1B' if c.vpp > 1 else '1F1B'

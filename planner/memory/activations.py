@@ -111,20 +111,29 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
     """
     res, e = r.residual_bytes, r.act_bytes
     q, kv = m.q_size, m.kv_size
-    f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
+    f = m.ffn_size
     if recompute == 'full':
         # checkpoint() keeps the layer's input; the rest is rebuilt in backward.
         return LayerTerms(hidden=res, sharded=0.0, score=0.0, per_head_token=0.0,
                           per_token=0.0)
     # Two norms: each saves its input (the residual stream) and what it needs for backward.
+    # A parallel-residual block (GPT-NeoX) feeds both norms the same input, saved once.
+    stats = 4 if m.norm == 'rmsnorm' else 8  # fp32 rsqrt, or mean and rstd, per token
     hidden = 2 * norm_saved_bytes(m, r)
+    if m.parallel_residual and m.norm == 'layernorm':
+        hidden -= r.residual_bytes
+    # Post-norms on the sublayers' outputs (Gemma-2/3: four norms a layer) save the fp32
+    # view of their input and the fp32 normalised tensor.
+    post_norms = m.norms_per_layer - 2
+    hidden += post_norms * 8.0
     if r.autocast:
         hidden += e * (1 if m.fused_qkv else 3)
-        hidden += e * (1 if (m.fused_gate_up or not m.gated_mlp) else 2)
+        if m.moe is None:
+            hidden += e * (1 if (m.fused_gate_up or not m.gated_mlp) else 2)
     else:
         hidden += 2 * res  # one norm output shared by the projections that read it
     hidden += 2 * _dropout(m.hidden_dropout) * MASK_BYTES
-    per_token = 2 * (4 if m.norm == 'rmsnorm' else 8)  # fp32 rsqrt, or mean and rstd
+    per_token = (2 + post_norms) * stats
 
     rope = m.position_embedding == 'rotary'
     if attention == 'eager':
@@ -137,7 +146,27 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
         # q, k, v and the kernel's output, which is laid out (b, s, heads, d) already and
         # so is o_proj's input without a copy.
         sharded = e * (q + 2 * kv) + e * q
-    if m.gated_mlp:
+        if m.fused_qkv and rope:
+            # v is a view of the fused projection's output, so the kernel's saved v keeps
+            # all of it alive while rotary makes q and k anew (transformers' Phi-3 and
+            # GPT-NeoX split qkv by slicing; GPT-2's q and k are views of it too)
+            sharded += e * (q + kv)
+    per_head = 0.0
+    if m.qk_norm:
+        # q and k normalised per head (or over all heads): the fp32 view of the
+        # projection's output and the normalised tensor (fp32 where the norm multiplies
+        # in fp32, Gemma-3 and OLMo-2; else in the projection's dtype, Qwen3), and rsqrt.
+        sharded += (4.0 + (4.0 if m.norm_fp32 else e)) * (q + kv)
+        if m.qk_norm_full_width:
+            per_token += 2 * 4.0
+        else:
+            per_head += 4.0 * (1 + m.num_kv_heads / m.num_heads)
+    if m.moe is not None:
+        moe_hidden, moe_sharded, moe_token = hf_moe_terms(m, r)
+        hidden += moe_hidden
+        sharded += moe_sharded
+        per_token += moe_token
+    elif m.gated_mlp:
         sharded += 4 * e * f
     elif m.python_gelu:
         # 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) saves x, tanh, 0.5·x, 1 + tanh and the
@@ -146,15 +175,17 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
         sharded += ((12 + 2 * e) if r.autocast else 5 * e) * f
     else:
         sharded += 2 * e * f
-    score = per_head = 0.0
+    score = 0.0
     if attention == 'eager' and recompute != 'selective':
         # The fp32 softmax output, and what the AV matmul reads: its cast back to the
         # compute dtype, or dropout's output (with a 1-byte mask) when dropout is on.
         drop = _dropout(m.attention_dropout)
         softmax = 4 if (m.softmax_fp32 or r.autocast) else e  # autocast runs it in fp32
         score = softmax + (e if (e != softmax or drop) else 0) + drop * MASK_BYTES
+        if m.attn_softcap:
+            score += e  # Gemma-2's tanh(scores / cap) output, saved by tanh
     elif attention == 'flash':
-        per_head = 4.0
+        per_head += 4.0
     return LayerTerms(hidden=hidden, sharded=sharded, score=score, per_head_token=per_head,
                       per_token=per_token)
 
@@ -164,11 +195,42 @@ def norm_saved_bytes(m: ModelSpec, r: PrecisionRecipe) -> float:
 
     LayerNorm's kernel keeps its input (plus per-token statistics). HF RMSNorm keeps
     the fp32 view of its input (the input itself when fp32, else an upcast copy) and
-    the normalised tensor in the input dtype.
+    the normalised tensor in the input dtype; Gemma's and OLMo-2's multiply by the
+    weight in fp32 and so keep the normalised tensor in fp32
+    (``GemmaRMSNorm.forward``: ``output * (1.0 + self.weight.float())``).
     """
     if m.norm == 'layernorm':
         return float(r.residual_bytes)
-    return 4.0 + r.residual_bytes
+    return 4.0 + (4.0 if m.norm_fp32 else r.residual_bytes)
+
+
+def hf_moe_terms(m: ModelSpec, r: PrecisionRecipe) -> tuple[float, float, float]:
+    """What a transformers 5 MoE block saves per token: (× h, widths, bytes).
+
+    The router is a linear (under autocast it saves a bf16 cast of its input); its fp32
+    softmax output, top-k indices and normalised weights are kept. The experts run
+    ``grouped_mm_experts_forward`` (``transformers/integrations/moe.py``, the default
+    ``experts_implementation``): every routed copy of a token is gathered (k·h), projected
+    by gate_up (2·k·f), activated and multiplied (k·f each), projected down (k·h) and
+    weighted; grouped_mm is not autocast-enabled and casts its input to the weights'
+    dtype, so under autocast over fp32 weights all of this is fp32. The sort permutation,
+    its inverse and the gathered weights are kept for the gathers' backward. A shared
+    expert (Qwen2-MoE) is a gated MLP with a sigmoid gate.
+    """
+    moe = m.moe
+    assert moe is not None
+    e = r.act_bytes
+    c = float(r.weight_bytes)  # the experts' compute dtype
+    k, fe = moe.top_k, moe.expert_ffn_size
+    hidden = (e if r.autocast else 0.0) + c * 2 * k
+    sharded = c * 4 * k * fe
+    per_token = 4.0 * moe.num_experts + 32.0 * k + 4.0
+    if moe.shared_experts:
+        fs = moe.shared_ffn_size or fe
+        hidden += (3 * e if r.autocast else 0.0) + e  # gate/up/gate-gate casts, its output
+        sharded += moe.shared_experts * 4 * e * fs
+        per_token += 2 * e  # the sigmoid gate's output
+    return hidden, sharded, per_token
 
 
 def layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str, recompute: str,
@@ -617,7 +679,22 @@ def edge_bytes(m: ModelSpec, r: PrecisionRecipe, loss: str, b, s, t, c, sp,
         temps = (4.0 + res if r.autocast else 2 * res) if layernorm else 20.0
         norm_bwd = final_norm + temps * tokens * h / hidden_div
     labels = 3 * 8.0 * tokens  # int64 labels, and the shifted copy the loss keeps
-    if loss == 'megatron':
+    if m.final_logit_softcap:
+        # Gemma-2: logits = cap·tanh(logits / cap); tanh saves its output (the logits' size)
+        labels = labels + e * tokens * v / t
+    if loss == 'chunked':
+        # Liger's fused linear cross-entropy (linkedin/Liger-Kernel,
+        # src/liger_kernel/ops/fused_linear_cross_entropy.py): the head and the loss run
+        # chunk by chunk in forward, ceil(BT / ceil(V / h)) rows (rounded up to a power
+        # of two: up to about 2·tokens·h logits) at a time, the gradients written then:
+        # the head input's (kept to backward) and the head weight's (weight-sized, in the
+        # weight's dtype, kept to backward). No b·s·V tensor exists. From the source; not
+        # measured here (its kernels need a GPU).
+        saved = (final_norm + head_input + labels + e * tokens * h / hidden_div
+                 + r.weight_bytes * v * h / t)
+        fwd_peak = 2 * 4.0 * tokens * h / hidden_div  # one chunk's logits, upcast in-kernel
+        bwd_peak = 0.0 * tokens  # the saved gradients are scaled in place
+    elif loss == 'megatron':
         # Vocab-parallel CE keeps fp32 logits (softmax written in place) per TP shard.
         saved = final_norm + head_input + labels + 4.0 * tokens * v / t
         fwd_peak = e * tokens * v / t

@@ -15,6 +15,7 @@ import numpy as np
 from planner.memory.recipes import ADAM8BIT_BLOCK, OptimizerKind, PrecisionRecipe
 from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
+from planner.stacks import STACKS
 
 OFFLOAD_CODES = {'none': 0, 'optimizer': 1, 'params': 2}
 # DeepSpeed buckets as Hugging Face's "auto" sizes them: h² elements each.
@@ -82,6 +83,19 @@ def lora_params(m: ModelSpec, lora: LoraSpec) -> int:
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 # LLM.int8: one byte a weight (its per-row fp32 scales are not counted).
 INT8_BYTES = 1.0
+
+
+def hf_uncast_expert_matmul(m: ModelSpec, t, ep) -> float:
+    """Routed-expert weights of one layer that autocast does not cast in transformers.
+
+    transformers 5 runs the experts through ``grouped_mm`` (or its fallback), which is not
+    autocast-enabled: their input is cast to the weights' dtype instead
+    (``transformers/integrations/moe.py::_grouped_mm``), so no bf16 weight copy exists.
+    """
+    if m.moe is None:
+        return 0.0
+    e_sh, _ = _mlp_split(m, m.moe.expert_ffn_size)
+    return m.moe.num_experts / ep * e_sh / t
 
 
 def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> StageParams:
@@ -187,6 +201,14 @@ class ModelStateBytes:
     # LoRA: the bottom layer's output-projection adapter, whose gradient comes after its
     # recomputation under full recompute
     bottom_out_proj_gradients: np.ndarray = field(default_factory=lambda: np.zeros(()))
+    # FSDP2 without reshard after forward (ZeRO-2, or any stage under torchtitan's PP):
+    # the whole stage's parameters stay gathered from forward to backward
+    resident_params: np.ndarray = field(default_factory=lambda: np.zeros(()))
+    # the same parameters stay gathered after backward too (pipelining: no reshard until
+    # the last micro-batch)
+    resident_after_backward: np.ndarray = field(default_factory=lambda: np.zeros(()))
+    # one full-size gradient (unsharded): what FSDP2 accumulates across micro-batches
+    unsharded_gradients: np.ndarray = field(default_factory=lambda: np.zeros(()))
 
 
 def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
@@ -202,6 +224,7 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
     def sharded(dense, expert, on):
         return np.where(on, dense / shard + expert / shard_e, dense + expert)
 
+    stack = STACKS[framework]
     if lora is not None:
         return _lora_state_bytes(m, r, opt, lora, params=params, shard=shard, zero=zero,
                                  offload=offload, framework=framework, foreach=foreach,
@@ -229,17 +252,31 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
 
     multi = shard > 1
     train_total = train_d + train_e
-    ddp = np.where(multi & (zero == 0) & (framework == 'hf'), r.grad_bytes * train_total, 0.0)
+    ddp = np.where(multi & (zero == 0) & stack.ddp_buckets, r.grad_bytes * train_total, 0.0)
     bucket = ZERO_BUCKET_ELEMENTS_PER_H2 * m.hidden_size ** 2
-    zero_b = np.where(multi & (zero >= 1) & (framework == 'hf'),
+    zero_b = np.where(multi & (zero >= 1) & (stack.zero_buckets and not r.fsdp),
                       np.minimum(bucket, train_total) * (r.grad_bytes + r.weight_bytes), 0.0)
+    # DeepSpeed's BF16_Optimizer (ZeRO 0-1) accumulates into a full-size fp32 buffer.
+    zero_b = zero_b + np.where(zero <= 1, r.accum_buffer_bytes * train_total, 0.0)
     # ZeRO-3 gathers the unit in use (the head at the top of the last stage, the embedding
-    # at the bottom of the first, else a layer) while the next layers are prefetched.
+    # at the bottom of the first, else a layer) while the next layers are prefetched, in
+    # the gather dtype (FSDP2: MixedPrecisionPolicy.param_dtype).
     # ZeRO-2 and 3 produce each unit's gradient whole, in the weights' dtype, before it is
     # reduce-scattered into the shard (DeepSpeed's 4 x largest layer in fp16: 2 + 2).
     def gathered(unit, prefetch, stages):
         on = (zero >= min(stages)) & multi
-        return np.where(on, (unit + prefetch * params.layer) * r.weight_bytes, 0.0)
+        unit_bytes = r.gathered_bytes if min(stages) == 3 else r.weight_bytes
+        return np.where(on, (unit + prefetch * params.layer) * unit_bytes, 0.0)
+
+    # FSDP2 keeps the stage gathered from forward to backward with ZeRO-2 (reshard never)
+    # and, in torchtitan, under PP for every stage (``reshard_after_forward = not
+    # pp_enabled``; torch/distributed/pipelining/stage.py skips the reshard after backward
+    # until the last micro-batch).
+    under_pp = np.asarray(params.layers) < m.num_layers
+    pipelined = stack.fsdp_unsharded_accumulation == 'pipeline'
+    no_reshard = r.fsdp & multi & (zero >= 2) & ((zero == 2) | (under_pp & pipelined))
+    resident = np.where(no_reshard, r.gathered_bytes * (params.dense + params.expert), 0.0)
+    resident_bwd = np.where(under_pp & pipelined, resident, 0.0)
     def grad_bytes(elements):
         return np.where(zero >= 2, elements / shard, elements) * r.grad_bytes
 
@@ -255,7 +292,12 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
                            unsharded_grad_bottom=gathered(params.bottom_unit, 0, (2, 3)),
                            embedding_gradients=np.asarray(embedding_grads, float),
                            bottom_layer_gradients=np.asarray(bottom_layer, float),
-                           head_gradients=np.asarray(grad_bytes(params.head_matmul), float))
+                           head_gradients=np.asarray(grad_bytes(params.head_matmul), float),
+                           resident_params=np.asarray(resident, float),
+                           resident_after_backward=np.asarray(resident_bwd, float),
+                           unsharded_gradients=np.asarray(
+                               np.where(r.fsdp & multi & (zero >= 2),
+                                        r.grad_bytes * train_total, 0.0), float))
 
 
 # PEFT keeps the adapters in fp32 (``autocast_adapter_dtype=True``) whatever the base's
@@ -320,7 +362,7 @@ def _lora_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
     temp = np.where(offload >= 1, 0.0, temp)
 
     multi = shard > 1
-    hf = framework == 'hf'
+    hf = STACKS[framework].kernels == 'hf'
     ddp = np.where(multi & (zero == 0) & hf, ADAPTER_BYTES * train, 0.0)
     bucket = ZERO_BUCKET_ELEMENTS_PER_H2 * m.hidden_size ** 2
     zero_b = np.where(multi & (zero >= 1) & hf,

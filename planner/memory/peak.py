@@ -29,7 +29,6 @@ from planner.memory.activations import (
     RECOMPUTE_CODES,
     EdgeBytes,
     edge_bytes,
-    layer_terms,
     lora_dequant_bytes,
     lora_first_layer_delta,
     lora_forward_temps,
@@ -37,10 +36,18 @@ from planner.memory.activations import (
     lora_saved_base_casts,
     lora_scores_moment,
 )
-from planner.memory.model_states import OFFLOAD_CODES, model_state_bytes, stage_params
+from planner.memory.model_outputs import model_output_bytes
+from planner.memory.model_states import (
+    OFFLOAD_CODES,
+    hf_uncast_expert_matmul,
+    model_state_bytes,
+    stage_params,
+)
 from planner.memory.recipes import OPTIMIZERS, RECIPES
+from planner.memory.stack_activations import stack_layer_terms
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
+from planner.stacks import STACKS
 
 GIB = 2**30
 MIB = 2**20
@@ -67,6 +74,14 @@ class Overheads:
     source: str = 'defaults'
 
 
+def stack_overheads(framework: str) -> Overheads:
+    """The default overheads, with the stack's own allocator reserve where it has one
+    (``planner.stacks.catalog``: what it was fitted on)."""
+    fraction = STACKS[framework].allocator_fraction
+    return Overheads() if fraction is None else Overheads(allocator_fraction=fraction,
+                                                          source=f'{framework} defaults')
+
+
 @dataclass(frozen=True)
 class MemoryOptions:
     """The categorical choices shared by every configuration of a grid."""
@@ -79,6 +94,7 @@ class MemoryOptions:
     lora: LoraSpec | None = None
     foreach: bool = True
     zero3_prefetch_layers: int = 1
+    loop: str = 'keep-outputs'  # what the training loop holds (model_outputs.py)
 
     @classmethod
     def from_setup(cls, setup: TrainingSetup) -> MemoryOptions:
@@ -86,7 +102,7 @@ class MemoryOptions:
         return cls(precision=setup.precision, optimizer=setup.optimizer,
                    attention=setup.attention, framework=setup.framework,
                    loss=setup.loss_kind, lora=setup.lora, foreach=setup.foreach,
-                   zero3_prefetch_layers=setup.zero3_prefetch_layers)
+                   zero3_prefetch_layers=setup.zero3_prefetch_layers, loop=setup.loop)
 
 
 @dataclass
@@ -151,6 +167,25 @@ class MemoryArrays:
                      else pick(value))
             for f in fields(self) for value in [getattr(self, f.name)]})
 
+    def __len__(self) -> int:
+        return int(np.size(self.total_bytes))
+
+    @staticmethod
+    def concatenate(parts: list[MemoryArrays]) -> MemoryArrays:
+        """Several grids' memory, one after the other (flat arrays; a part missing from
+        one grid's ``components`` counts 0 there)."""
+        flat = [p.take(np.arange(np.size(p.total_bytes))) for p in parts]
+
+        def join(name: str):
+            values = [getattr(p, name) for p in flat]
+            if isinstance(values[0], dict):
+                keys = dict.fromkeys(k for v in values for k in v)
+                pairs = list(zip(values, flat, strict=True))
+                return {k: np.concatenate([v.get(k, np.zeros(np.size(p.total_bytes)))
+                                           for v, p in pairs]) for k in keys}
+            return np.concatenate(values)
+        return MemoryArrays(**{f.name: join(f.name) for f in fields(MemoryArrays)})
+
 
 def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
                     overheads: Overheads | None = None, parts: bool = True) -> MemoryArrays:
@@ -160,7 +195,7 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     the totals are the same, and a plan search, which shows the parts of a hundred
     candidates at most, skips the third of the work that spreads them over the grid.
     """
-    ov = overheads or Overheads()
+    ov = overheads or stack_overheads(opts.framework)
     r, opt = RECIPES[opts.precision], OPTIMIZERS[opts.optimizer]
     pp = cfg.pp
     layers = np.ceil(model.num_layers / pp)
@@ -226,7 +261,7 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
     at = _picked(cfg, rows)
     b, s, t, c = at.micro_batch, at.seq_len, at.tp, at.cp
     sp = np.asarray(at.sequence_parallel, bool)
-    lora = opts.lora if opts.framework == 'hf' else None
+    lora = opts.lora if STACKS[opts.framework].kernels == 'hf' else None
     layer_act, layer_full = _layer_activations(model, r, opts, at)
     edge = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
     bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp, lora)
@@ -244,9 +279,13 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
         layer_act, layer_full, bwd_tmp, top_bwd_tmp = (
             rows.spread(a) for a in (layer_act, layer_full, bwd_tmp, top_bwd_tmp))
         edge, extra = Spread(edge, rows), Spread(extra, rows)
+    # Only a user's own loop can hold the output; the other stacks' loops keep the loss.
+    loop = opts.loop if STACKS[opts.framework].user_loop else 'trainer'
+    outputs = model_output_bytes(model, r, loop, opts.loss, lora, cfg.micro_batch,
+                                 cfg.seq_len, cfg.tp, cfg.cp)
     return _Shared(layer_act=layer_act, layer_full=layer_full, layers=layers,
                    inflight=inflight, edge=edge, bwd_tmp=bwd_tmp, top_bwd_tmp=top_bwd_tmp,
-                   fwd_tmp=extra.fwd_tmp, lora=extra)
+                   fwd_tmp=extra.fwd_tmp, lora=extra, outputs=outputs)
 
 
 def _model_states(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
@@ -275,6 +314,7 @@ class _Shared:
     top_bwd_tmp: np.ndarray  # the top layer's, with its recomputation
     fwd_tmp: np.ndarray  # eager attention scores before the softmax
     lora: _LoraExtras  # what PEFT LoRA changes (neutral values without it)
+    outputs: np.ndarray  # the model output the training loop holds (logits or nothing)
 
 
 class _LoraExtras(NamedTuple):
@@ -354,9 +394,10 @@ def _layer_activations(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArra
     """Saved activations of one layer: (under each row's recompute mode, without recompute)."""
     # PEFT LoRA changes what the Hugging Face modules save; Megatron's kernels are
     # modelled for full training only.
-    lora = opts.lora if opts.framework == 'hf' else None
+    stack = STACKS[opts.framework]
+    lora = opts.lora if stack.kernels == 'hf' else None
     sp = np.asarray(cfg.sequence_parallel, bool)
-    per_layer = [layer_terms(model, r, opts.attention, mode, opts.framework, lora)
+    per_layer = [stack_layer_terms(stack, model, r, opts.attention, mode, lora)
                  .bytes(cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp, sp, model.hidden_size,
                         model.num_heads) for mode in ('none', 'selective', 'full')]
     return np.choose(cfg.recompute, np.broadcast_arrays(*per_layer)), per_layer[0]
@@ -413,18 +454,24 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     # autocast keeps a low-precision copy of each weight a saved matmul reads, until that
     # matmul's backward. Under full recompute the layers save none until recomputed, but
     # autocast's cast cache holds every copy until the autocast region (forward and loss)
-    # exits.
+    # exits. The cache holds ONE copy per weight (pytorch/pytorch
+    # aten/src/ATen/autocast_mode.cpp ``cached_cast``: fp32 leaves that require grad),
+    # whatever the micro-batches in flight: it is never multiplied by them. No stack
+    # with a pipeline runs autocast (FSDP2's MixedPrecisionPolicy, DeepSpeed and Megatron
+    # compute in bf16 weights directly).
     if opts.lora is None:
         casting = r.autocast
         head_cast = e * params.head_matmul if casting else np.zeros(())
         layer_cast = e * params.layer_matmul if casting else np.zeros(())
-        cached_casts = head_cast + layer_cast * sh.layers * inflight
-        stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers * inflight)
+        if casting and model.moe is not None and STACKS[opts.framework].kernels == 'hf':
+            layer_cast = layer_cast - e * hf_uncast_expert_matmul(model, cfg.tp, cfg.ep)
+        cached_casts = head_cast + layer_cast * sh.layers
+        stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers)
         bottom_cast = layer_cast
     else:
         head_cast, layer_cast, cached_casts, stored_casts = _lora_casts(
-            model, r, opts, params, rc, sh.layers * inflight,
-            np.where((stage == 'first') | (pp == 1), inflight, 0.0))
+            model, r, opts, params, rc, sh.layers,
+            np.where((stage == 'first') | (pp == 1), 1.0, 0.0))
         # the output projection's casts (adapter, and an fp32 base's weight) are freed by
         # its backward
         bottom_cast = layer_cast - (e * params.layer_out_adapter if r.autocast else 0.0)
@@ -435,17 +482,28 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     # Megatron keeps one contiguous gradient buffer for the whole run; torch.optim users
     # zero_grad(set_to_none=True), so gradients live from the first backward to the
     # step, i.e. during forward only when accumulating.
-    grads_live = np.where((opts.framework == 'megatron') | (cfg.grad_accum > 1),
+    stack = STACKS[opts.framework]
+    grads_live = np.where(stack.persistent_grad_buffer | (cfg.grad_accum > 1),
                           ms.gradients, 0.0)
+    # FSDP2 accumulating unsharded gradients across micro-batches (the HF Trainer's
+    # no_sync with accumulation; torch's pipelining stage under PP): a full-size gradient
+    # from the first backward to the last micro-batch's reduce-scatter.
+    mode = stack.fsdp_unsharded_accumulation
+    accumulating = ((mode == 'no_sync') & (cfg.grad_accum > 1)) | (
+        (mode == 'pipeline') & (pp > 1))
+    grads_live = np.where(accumulating & (ms.unsharded_gradients > 0),
+                          ms.unsharded_gradients, grads_live)
     head_grads = np.where(grads_live > 0, 0.0, ms.head_gradients)
     # At the bottom layer's MLP backward, the embedding's and most of that layer's
     # gradients are still to come.
     pending = ms.embedding_gradients + ms.bottom_layer_gradients
 
+    # The loop's hold on the model output (the logits) spans every phase of the step.
+    held = np.where(last, sh.outputs, 0.0)
     static = {'weights': ms.weights, 'optimizer_states': ms.optimizer_states,
-              'buffers': ms.ddp_buckets + ms.zero_buckets}
-    top = {'zero3_gathered': ms.zero3_gathered_top}
-    bottom = {'zero3_gathered': ms.zero3_gathered_bottom,
+              'buffers': ms.ddp_buckets + ms.zero_buckets, 'model_outputs': held}
+    top = {'zero3_gathered': ms.zero3_gathered_top + ms.resident_params}
+    bottom = {'zero3_gathered': ms.zero3_gathered_bottom + ms.resident_after_backward,
               'unsharded_grad': ms.unsharded_grad_bottom}
     if opts.lora is None:
         # The last layer's attention scores die before the logits are made.

@@ -32,6 +32,15 @@ class PrecisionRecipe:
             foreach path does not.
         compute_dtype: the dtype whose peak FLOP/s applies.
         description: in words.
+        gather_bytes: the dtype ZeRO-3/FSDP gathers a unit in (0: ``weight_bytes``);
+            FSDP2's ``MixedPrecisionPolicy.param_dtype`` (pytorch/pytorch
+            torch/distributed/fsdp/_fully_shard/_fsdp_api.py).
+        fsdp: sharded by FSDP2 (fp32 shards, units gathered in ``gather_bytes``, no
+            DeepSpeed buckets; ZeRO-2 keeps the gathered parameters from forward to
+            backward).
+        accum_buffer_bytes: a full-size gradient accumulation buffer the optimizer keeps
+            with ZeRO 0-1 (DeepSpeed's BF16_Optimizer with ``grad_accum_dtype`` fp32:
+            deepspeedai/DeepSpeed deepspeed/runtime/bf16_optimizer.py).
     """
 
     key: str
@@ -46,6 +55,14 @@ class PrecisionRecipe:
     compute_dtype: str
     description: str
     fp8_weight_bytes: int = 0
+    gather_bytes: int = 0
+    fsdp: bool = False
+    accum_buffer_bytes: int = 0
+
+    @property
+    def gathered_bytes(self) -> int:
+        """Bytes per element of a gathered (unsharded) parameter."""
+        return self.gather_bytes or self.weight_bytes
 
 
 RECIPES: dict[str, PrecisionRecipe] = {r.key: r for r in (
@@ -67,6 +84,13 @@ RECIPES: dict[str, PrecisionRecipe] = {r.key: r for r in (
     PrecisionRecipe('fp8', 2, 4, 4, 4, 2, 2, False, True, 'fp8',
                     'Transformer Engine fp8 matmuls over bf16-mixed (18 B/param + fp8 '
                     'weight copies)', fp8_weight_bytes=1),
+    PrecisionRecipe('fsdp-bf16', 4, 4, 0, 4, 2, 2, False, False, 'bf16',
+                    'FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam '
+                    '(16 B/param over d), bf16 all-gather and compute, no autocast',
+                    gather_bytes=2, fsdp=True),
+    PrecisionRecipe('ds-bf16', 2, 2, 4, 4, 2, 2, False, True, 'bf16',
+                    'DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an fp32 '
+                    'gradient accumulation buffer with ZeRO 0-1', accum_buffer_bytes=4),
 )}
 
 

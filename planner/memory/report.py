@@ -17,6 +17,7 @@ COMPONENT_LABELS: dict[str, str] = {
     'optimizer_step_temp': 'optimizer step temporaries',
     'activations': 'activations',
     'logits': 'logits and loss buffers',
+    'model_outputs': 'model output held by the loop',
     'attention_scores_temp': 'eager attention scores (transient)',
     'forward_temp': 'forward temporaries',
     'autocast_copies': 'autocast weight copies',
@@ -24,6 +25,10 @@ COMPONENT_LABELS: dict[str, str] = {
     'zero3_gathered': 'ZeRO-3 gathered layers',
     'unsharded_grad': 'unsharded grads before reduce-scatter',
     'buffers': 'DDP/ZeRO buckets',
+}
+LOOP_WORDS: dict[str, str] = {
+    'keep-outputs': 'outputs held through backward and step, as accelerate/plain loops do',
+    'trainer': 'outputs freed in compute_loss, as the HF Trainer does',
 }
 OVERHEAD_LABELS: dict[str, str] = {
     'cuda_context': 'CUDA context',
@@ -83,6 +88,7 @@ def estimate_text(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
         f'  {s.precision} · {s.optimizer} · ZeRO-{s.zero}'
         + (f' (offload {s.offload})' if s.offload != 'none' else '')
         + f' · recompute {s.recompute} · {s.attention} attention · {s.framework} kernels',
+        f'  loop {s.loop} ({LOOP_WORDS[s.loop]}) · loss {s.loss_kind}',
         f'  TP {s.tp} · PP {s.pp}' + (f' (x{s.vpp} virtual)' if s.vpp > 1 else '')
         + f' · CP {s.cp} · EP {s.ep} · DP {s.dp} = {s.world_size} GPU'
         + ('s' if s.world_size > 1 else '')

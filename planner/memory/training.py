@@ -12,11 +12,17 @@ from dataclasses import dataclass, field, fields, replace
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.models.spec import ModelSpec
+from planner.stacks import STACK_KEYS, STACKS
 
 RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')
 OFFLOAD_MODES: tuple[str, ...] = ('none', 'optimizer', 'params')
 ATTENTION_KINDS: tuple[str, ...] = ('flash', 'eager')
-FRAMEWORKS: tuple[str, ...] = ('hf', 'megatron')
+LOOPS: tuple[str, ...] = ('keep-outputs', 'trainer')  # the first needs more memory
+# Loss implementations ('' = the framework's own): HF's fp32-upcast cross-entropy, a
+# chunked / fused one (Liger), Megatron's vocab-parallel one ('vocab-parallel' is
+# 'megatron' under its kernel's name).
+LOSSES: tuple[str, ...] = ('', 'hf', 'chunked', 'vocab-parallel', 'megatron')
+FRAMEWORKS: tuple[str, ...] = STACK_KEYS  # the stacks (planner.stacks)
 LORA_TARGETS: tuple[str, ...] = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
 
 
@@ -129,11 +135,15 @@ class TrainingSetup:
     sequence_parallel: bool = True  # only matters when tp > 1
     recompute: str = 'none'
     attention: str = 'flash'
-    framework: str = 'hf'  # whose kernels save which tensors
-    loss: str = ''  # 'hf' or 'megatron'; empty: the framework's own
+    framework: str = 'hf'  # the stack (planner.stacks): kernels, loss, states
+    loss: str = ''  # 'hf' or 'megatron'; empty: the stack's own
     lora: LoraSpec | None = None
     foreach: bool = True  # torch.optim's multi-tensor step (the CUDA default)
     zero3_prefetch_layers: int = 1  # layers gathered ahead of the current one
+    # What the training loop holds: 'keep-outputs' (accelerate / plain loops keep the
+    # model output, its logits, through backward and the optimizer step) or 'trainer'
+    # (transformers' Trainer and TRL return only the loss from compute_loss).
+    loop: str = 'keep-outputs'
     extra: dict[str, float] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -150,8 +160,10 @@ class TrainingSetup:
                                  ', '.join(allowed))
         if self.zero not in (0, 1, 2, 3):
             raise InputError('--zero', f'got {self.zero!r}', '0, 1, 2 or 3')
-        if self.loss not in ('', 'hf', 'megatron'):
-            raise InputError('--loss', f'unknown value {self.loss!r}', 'hf, megatron')
+        if self.loss not in LOSSES:
+            raise InputError('--loss', f'unknown value {self.loss!r}', ', '.join(LOSSES[1:]))
+        if self.loop not in LOOPS:
+            raise InputError('--loop', f'unknown value {self.loop!r}', ', '.join(LOOPS))
         if self.zero3_prefetch_layers < 0:
             raise InputError('--prefetch', 'must be 0 or more')
         if self.offload == 'params' and self.zero != 3:
@@ -163,7 +175,7 @@ class TrainingSetup:
     @property
     def loss_kind(self) -> str:
         """The loss implementation whose buffers are counted."""
-        return self.loss or self.framework
+        return resolve_loss(self.loss, STACKS[self.framework].loss)
 
     @property
     def world_size(self) -> int:
@@ -191,6 +203,12 @@ class TrainingSetup:
             out[f.name] = value
         out['loss'] = self.loss_kind
         return out
+
+
+def resolve_loss(loss: str, stack_loss: str) -> str:
+    """The loss whose buffers are counted: the chosen one, else the stack's own."""
+    loss = loss or stack_loss
+    return 'megatron' if loss == 'vocab-parallel' else loss
 
 
 def _flag(name: str) -> str:

@@ -307,15 +307,21 @@ def _gemma(cfg: Config) -> dict[str, Any]:
     # on the tanh GeLU whatever `hidden_act` says (the first configs said "gelu").
     return {**_llama_like(cfg, tie=True, head_dim=256, max_positions=8192,
                           act_key='hidden_activation', act='gelu_pytorch_tanh'),
-            **_all_attn_bias(cfg)}
+            **_all_attn_bias(cfg), 'norm_fp32': True}
 
 
 def _gemma2(cfg: Config) -> dict[str, Any]:
-    return {**_gemma(cfg), 'norms_per_layer': 4}  # pre and post norm on both blocks
+    # pre and post norm on both blocks; soft-capping unless the config turns it off
+    return {**_gemma(cfg), 'norms_per_layer': 4,
+            'attn_softcap': cfg.get('attn_logit_softcapping', 50.0) is not None,
+            'final_logit_softcap': cfg.get('final_logit_softcapping', 30.0) is not None}
 
 
 def _gemma3_text(cfg: Config) -> dict[str, Any]:
+    # Gemma-3 dropped soft-capping (its config keeps the keys, null by default)
     return {**_gemma(cfg), 'norms_per_layer': 4, 'qk_norm': True,
+            'attn_softcap': cfg.get('attn_logit_softcapping') is not None,
+            'final_logit_softcap': cfg.get('final_logit_softcapping') is not None,
             'max_position_embeddings': _int(cfg, 'max_position_embeddings', 131072)}
 
 
@@ -327,8 +333,10 @@ def _phi3(cfg: Config) -> dict[str, Any]:
 
 
 def _olmo2(cfg: Config) -> dict[str, Any]:
+    # norms on the sublayers' outputs (post-norm), multiplying in fp32; q/k norms span
+    # all heads
     return {**_llama_like(cfg, tie=False, max_positions=2048), **_all_attn_bias(cfg),
-            'qk_norm': True}
+            'qk_norm': True, 'qk_norm_full_width': True, 'norm_fp32': True}
 
 
 def _gpt2(cfg: Config) -> dict[str, Any]:
@@ -357,6 +365,7 @@ def _gpt_neox(cfg: Config) -> dict[str, Any]:
     bias = _bool(cfg, 'attention_bias', True)
     return {**values, 'gated_mlp': False, 'norm': 'layernorm', 'qkv_bias': bias,
             'attn_out_bias': bias, 'mlp_bias': True, 'fused_qkv': True,
+            'parallel_residual': _bool(cfg, 'use_parallel_residual', True),
             'hidden_dropout': _prob(cfg, 'hidden_dropout')}
 
 

@@ -79,6 +79,11 @@ class ModelSpec:
     fused_gate_up: bool = False  # one gate_up projection (Phi-3)
     python_gelu: bool = False  # GELU written as Python ops (HF "gelu_new"): saves 4 tensors
     softmax_fp32: bool = True  # eager softmax upcast to fp32 (HF Llama family; not GPT-2)
+    norm_fp32: bool = False  # RMSNorm multiplies by its weight in fp32 (Gemma, OLMo-2)
+    qk_norm_full_width: bool = False  # q/k norms span all heads (OLMo-2), not one head
+    attn_softcap: bool = False  # tanh soft-capping of attention scores (Gemma-2)
+    final_logit_softcap: bool = False  # tanh soft-capping of the logits (Gemma-2)
+    parallel_residual: bool = False  # attention and MLP read one input (GPT-NeoX)
     source: str = ''  # where the shape comes from, in words
     # What a launcher must be told to build the same model (None: not known here):
     rope_base: float | None = None  # RoPE theta (HF rope_theta / rotary_emb_base)

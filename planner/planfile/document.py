@@ -1,6 +1,6 @@
 """Plan files: one chosen plan with everything that produced it, as versioned JSON.
 
-A plan file (schema ``batchfit.plan/2``, docs/plan-file.md) holds the whole input of a
+A plan file (schema ``batchfit.plan/3``, docs/plan-file.md) holds the whole input of a
 search (the model as a preset, a size or the embedded ``config.json``, and always its
 resolved shape; the cluster; the targets; the constraints; the guidance inputs), the
 chosen candidate with its estimates, the learning rate and warmup it was given, and the
@@ -45,6 +45,8 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
 LAYOUT_FIELDS: tuple[str, ...] = (
     'nodes', 'gpus_per_node', 'gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch',
     'grad_accum', 'global_batch', 'zero')
+# The stack that runs the candidate, its recipe and expert parallelism (schema 3).
+STACK_FIELDS: tuple[str, ...] = ('framework', 'precision', 'ep')
 
 
 # ---- records ----------------------------------------------------------------------------
@@ -113,11 +115,12 @@ class Constraints:
 
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
-    precision: str = 'amp-bf16'
+    precision: str = ''
     optimizer: str = 'adamw'
     attention: str = 'flash'
-    framework: str = 'hf'
+    framework: str = ''
     loss: str = ''
+    loop: str = 'keep-outputs'
     margin_fraction: float = 0.05
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
@@ -195,6 +198,9 @@ class ChosenCandidate:
     recompute: str
     sequence_parallel: bool
     estimates: dict[str, Any] = field(default_factory=dict)
+    framework: str = 'hf'
+    precision: str = 'amp-bf16'
+    ep: int = 1
 
     @property
     def layout(self) -> str:
@@ -276,7 +282,8 @@ class PlanFile:
             global_batch=t.global_batch, global_batch_tokens=t.global_batch_tokens,
             length=length, zero_stages=c.zero_stages, recompute_modes=c.recompute_modes,
             precision=c.precision, optimizer=c.optimizer, attention=c.attention,
-            framework=c.framework, loss=c.loss, margin_fraction=c.margin_fraction,
+            framework=c.framework, loss=c.loss, loop=c.loop,
+            margin_fraction=c.margin_fraction,
             price_per_gpu_hour_usd=c.price_per_gpu_hour_usd, sort_by=c.sort_by,
             top_k=c.top_k, limits=LayoutLimits(**limits),
             step_options=StepTimeOptions(**c.step_options),
@@ -361,7 +368,7 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
             zero_stages=tuple(int(z) for z in request.zero_stages),
             recompute_modes=tuple(request.recompute_modes), precision=request.precision,
             optimizer=request.optimizer, attention=request.attention,
-            framework=request.framework, loss=request.loss,
+            framework=request.framework, loss=request.loss, loop=request.loop,
             margin_fraction=request.margin_fraction,
             price_per_gpu_hour_usd=request.price_per_gpu_hour_usd, sort_by=request.sort_by,
             top_k=request.top_k, limits=request.limits.to_dict(),
@@ -379,7 +386,7 @@ def chosen_candidate(c: Candidate) -> ChosenCandidate:
     """A search :class:`Candidate` as a plan-file record (NaN estimates become None)."""
     data = c.to_dict()
     layout = {name: data.pop(name) for name in (*LAYOUT_FIELDS, 'recompute',
-                                                'sequence_parallel')}
+                                                'sequence_parallel', *STACK_FIELDS)}
     return ChosenCandidate(**layout, estimates=data)
 
 
@@ -392,7 +399,7 @@ def guidance_for_candidate(request: PlanRequest, result: SearchResult, chosen: C
     fraction = None
     if request.calibration is None:
         fraction = attainable_fraction(chosen.efficiency, request.gpu.family,
-                                       request.framework)
+                                       chosen.framework)
     gemm = None
     if result.step is not None:
         gemm = float(result.step.gemm_flops[result.ranking[chosen.rank - 1]])
@@ -589,7 +596,8 @@ def _read_constraints(c: Reader) -> Constraints:
         recompute_modes=tuple(c.text_list('recompute_modes')),
         precision=c.text('precision'), optimizer=c.text('optimizer'),
         attention=c.text('attention'), framework=c.text('framework'),
-        loss=c.text('loss', ''), margin_fraction=c.number('margin_fraction'),
+        loss=c.text('loss', ''), loop=c.text('loop', 'keep-outputs'),
+        margin_fraction=c.number('margin_fraction'),
         price_per_gpu_hour_usd=c.number('price_per_gpu_hour_usd', None),
         sort_by=c.text('sort_by', 'time'), top_k=c.count('top_k', 10),
         limits=c.mapping('limits', {}) or {}, step_options=c.mapping('step_options', {}) or {},
@@ -632,12 +640,17 @@ def _read_guidance(g: Reader) -> GuidanceRecord:
 
 
 def _read_candidate(c: Reader) -> ChosenCandidate:
-    c.only((*LAYOUT_FIELDS, 'recompute', 'sequence_parallel', 'estimates'))
+    from planner.memory.recipes import RECIPES
+    from planner.stacks import STACK_KEYS
+
+    c.only((*LAYOUT_FIELDS, 'recompute', 'sequence_parallel', 'estimates', *STACK_FIELDS))
     values: dict[str, Any] = {name: c.count(name) for name in LAYOUT_FIELDS if name != 'zero'}
     values['zero'] = c.choice('zero', (0, 1, 2, 3))
     return ChosenCandidate(**values, recompute=c.choice('recompute', RECOMPUTE_MODES),
                            sequence_parallel=c.flag('sequence_parallel'),
-                           estimates=c.mapping('estimates', {}) or {})
+                           estimates=c.mapping('estimates', {}) or {},
+                           framework=c.choice('framework', STACK_KEYS),
+                           precision=c.choice('precision', tuple(RECIPES)), ep=c.count('ep'))
 
 
 def _read_calibration(doc: Reader, key: str) -> dict[str, Any] | None:

@@ -12,6 +12,11 @@ Versions:
        ``guidance_inputs``, ``guidance``, ``candidate``, ``calibration``.
     2: ``constraints.lora``: the LoRA/QLoRA settings of a fine-tuning plan (rank, targets,
        base bits), null for full training.
+    3: stacks: ``candidate.framework`` (the stack that runs it), ``candidate.precision``
+       (its recipe) and ``candidate.ep`` (expert parallelism); ``constraints.framework``
+       and ``constraints.precision`` may be '' (every stack, each stack's own recipe).
+       ``constraints.loop``: the training loop whose hold on the model output is counted
+       (``keep-outputs`` or ``trainer``, ``planner/memory/model_outputs.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 from planner.errors import InputError
 
 SCHEMA_PREFIX = 'batchfit.plan/'
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
 CURRENT_SCHEMA = f'{SCHEMA_PREFIX}{CURRENT_VERSION}'
 _V0_LAYOUT = ('nodes', 'gpus_per_node', 'gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch',
               'grad_accum', 'global_batch', 'zero', 'recompute', 'sequence_parallel')
@@ -125,5 +130,32 @@ def _v1_to_v2(old: dict[str, Any], where: str) -> dict[str, Any]:
     return {**old, 'schema': f'{SCHEMA_PREFIX}2', 'constraints': {**constraints, 'lora': None}}
 
 
+def _v2_to_v3(old: dict[str, Any], where: str) -> dict[str, Any]:
+    """Version 2 planned for one framework and recipe, named in its constraints: the
+    candidate ran with those (``hf`` with amp-bf16 by default), without EP. It counted no
+    model output: the loop becomes ``keep-outputs``, the one that needs more memory, so a
+    re-evaluated plan errs on the safe side."""
+    constraints, candidate = old.get('constraints'), old.get('candidate')
+    for key, value in (('constraints', constraints), ('candidate', candidate)):
+        if not isinstance(value, dict):
+            raise InputError(f'{where}: {key}', 'must be a JSON object')
+    framework = constraints.get('framework') or 'hf'
+    precision = constraints.get('precision') or 'amp-bf16'
+    searched = {'framework': framework, 'precision': precision}
+    try:  # a search space its stack does not run is searched over every stack again
+        from planner.stacks import get_stack
+
+        get_stack(framework).check(
+            precision=precision, zero_stages=tuple(constraints.get('zero_stages') or ()),
+            recompute_modes=tuple(constraints.get('recompute_modes') or ()),
+            lora=constraints.get('lora') is not None)
+    except (InputError, TypeError):
+        searched = {'framework': '', 'precision': ''}
+    return {**old, 'schema': f'{SCHEMA_PREFIX}3',
+            'constraints': {**constraints, **searched, 'loop': 'keep-outputs'},
+            'candidate': {**candidate, 'framework': framework, 'precision': precision,
+                          'ep': 1}}
+
+
 _MIGRATIONS: dict[int, Callable[[dict[str, Any], str], dict[str, Any]]] = {
-    0: _v0_to_v1, 1: _v1_to_v2}
+    0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3}

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.memory.activations import RECOMPUTE_CODES
-from planner.memory.peak import estimate_arrays
 from planner.plans.request import PlanRequest
 from planner.plans.result import Candidate
 from planner.plans.search import divisors
@@ -49,7 +48,9 @@ class MicroBatchSweep:
 
 
 def micro_batch_sweep(req: PlanRequest, c: Candidate) -> MicroBatchSweep:
-    """Candidate ``c``'s layout at every micro-batch the search would allow it."""
+    """Candidate ``c``'s layout at every micro-batch the search would allow it (with its
+    own stack and recipe)."""
+    req = req.for_stack(c.framework, c.precision)
     per_rank = c.global_batch // c.dp
     micro = req.limits.allowed('micro_batch', divisors(per_rank))
     accum = per_rank // micro
@@ -65,9 +66,8 @@ def micro_batch_sweep(req: PlanRequest, c: Candidate) -> MicroBatchSweep:
         nodes=same(c.nodes), gpus_per_node=same(c.gpus_per_node), tp=same(c.tp),
         pp=same(c.pp), vpp=same(c.vpp), cp=same(c.cp), dp=same(c.dp), micro_batch=micro,
         grad_accum=accum, zero=same(c.zero), recompute=same(RECOMPUTE_CODES[c.recompute]),
-        sequence_parallel=same(c.sequence_parallel))
-    memory = estimate_arrays(req.model, req.memory_options(), req.memory_config(layout),
-                             req.overheads, parts=False)
+        sequence_parallel=same(c.sequence_parallel), ep=same(c.ep))
+    memory = req.memory_arrays(layout)
     step = req.step_times(layout)
     return MicroBatchSweep(
         micro_batch=micro, grad_accum=accum,

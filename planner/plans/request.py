@@ -16,10 +16,18 @@ import numpy as np
 
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
-from planner.memory.peak import ConfigArrays, MemoryOptions, Overheads
+from planner.memory.peak import (
+    ConfigArrays,
+    MemoryArrays,
+    MemoryOptions,
+    Overheads,
+    estimate_arrays,
+    tensor_peak_floor,
+)
 from planner.memory.recipes import OPTIMIZERS, RECIPES
-from planner.memory.training import ATTENTION_KINDS, FRAMEWORKS, LoraSpec
+from planner.memory.training import ATTENTION_KINDS, LOOPS, LOSSES, LoraSpec, resolve_loss
 from planner.models.spec import ModelSpec
+from planner.stacks import STACK_KEYS, STACKS, Stack
 from planner.timing.efficiency import CalibrationProfile
 from planner.timing.step_time import (
     RECOMPUTE_MODES,
@@ -58,6 +66,8 @@ class LayoutLimits:
         uneven_pipeline: allow PP sizes that do not divide the layers (the first stages
             take one layer more; Megatron's ``--decoder-first-pipeline-num-layers``).
         sequence_parallel: use sequence parallelism with TP (Megatron's default).
+        max_ep: largest expert-parallel size (MoE models, stacks with EP).
+        ep: only these EP sizes.
     """
 
     max_tp: int | None = None
@@ -74,13 +84,15 @@ class LayoutLimits:
     min_tokens_per_cp_rank: int = 1024
     uneven_pipeline: bool = False
     sequence_parallel: bool = True
+    max_ep: int | None = None
+    ep: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ('max_tp', 'max_pp', 'max_cp', 'max_vpp', 'max_micro_batch'):
+        for name in ('max_tp', 'max_pp', 'max_cp', 'max_vpp', 'max_micro_batch', 'max_ep'):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise InputError(_flag(name), f'must be a positive integer, got {value!r}')
-        for name in ('tp', 'pp', 'cp', 'vpp', 'micro_batch', 'gpus'):
+        for name in ('tp', 'pp', 'cp', 'vpp', 'micro_batch', 'gpus', 'ep'):
             values = getattr(self, name)
             if any(not isinstance(x, (int, np.integer)) or x < 1 for x in values):
                 raise InputError(_flag(name), f'must be positive integers, got {values!r}')
@@ -109,6 +121,23 @@ _DEFAULT_LIMITS_VALUES = LayoutLimits()
 
 
 @dataclass(frozen=True)
+class PlanMode:
+    """One (stack, precision recipe) pair a search scores, with what it may try.
+
+    Attributes:
+        stack: the stack's key (``planner.stacks.STACKS``).
+        precision: the recipe its candidates train with.
+        zero_stages: the ZeRO stages of this mode the request allows.
+        recompute_modes: the recompute modes of this stack the request allows.
+    """
+
+    stack: str
+    precision: str
+    zero_stages: tuple[int, ...]
+    recompute_modes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PlanRequest:
     """Everything a plan search needs, validated, with units in the names.
 
@@ -127,11 +156,17 @@ class PlanRequest:
         length: training data (tokens, or samples x epochs); None ranks by step time.
         zero_stages: ZeRO stages to consider.
         recompute_modes: activation-recompute modes to consider.
-        precision: ``RECIPES`` key.
+        precision: a ``RECIPES`` key overriding the stacks' own recipes ('' : each
+            stack's own, per ZeRO mode).
         optimizer: ``OPTIMIZERS`` key.
         attention: ``flash`` or ``eager``.
-        framework: ``hf`` or ``megatron`` (whose kernels decide saved tensors).
-        loss: ``hf``, ``megatron`` or '' for the framework's own.
+        framework: the stack (``planner.stacks``) that runs the job: its layouts, ZeRO
+            stages, recompute modes, precision, kernels, loss and time defaults. ''
+            searches every stack that can run the request and ranks across them.
+        loss: ``hf``, ``chunked``, ``vocab-parallel`` (``megatron``) or '' for the
+            stack's own.
+        loop: ``keep-outputs`` or ``trainer`` (what the training loop holds of the
+            model output; ``planner/memory/model_outputs.py``).
         margin_fraction: fraction of GPU memory kept free.
         price_per_gpu_hour_usd: None for the catalog price of ``gpu``.
         sort_by: ``time`` (time-to-train), ``cost``, ``gpus`` or ``headroom``.
@@ -157,11 +192,12 @@ class PlanRequest:
     length: TrainingLength | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
-    precision: str = 'amp-bf16'
+    precision: str = ''
     optimizer: str = 'adamw'
     attention: str = 'flash'
-    framework: str = 'hf'
+    framework: str = ''
     loss: str = ''
+    loop: str = LOOPS[0]
     margin_fraction: float = 0.05
     price_per_gpu_hour_usd: float | None = None
     sort_by: str = 'time'
@@ -190,9 +226,9 @@ class PlanRequest:
                                            for r in self.recompute_modes):
             raise InputError('--recompute', f'got {self.recompute_modes!r}',
                              'a list from ' + ', '.join(RECOMPUTE_MODES))
-        choices = {'precision': tuple(RECIPES), 'optimizer': tuple(OPTIMIZERS),
-                   'attention': ATTENTION_KINDS, 'framework': FRAMEWORKS,
-                   'sort_by': SORT_KEYS, 'loss': ('', 'hf', 'megatron')}
+        choices = {'precision': ('', *RECIPES), 'optimizer': tuple(OPTIMIZERS),
+                   'attention': ATTENTION_KINDS, 'framework': ('', *STACK_KEYS),
+                   'sort_by': SORT_KEYS, 'loss': LOSSES, 'loop': LOOPS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise InputError(_flag('sort' if name == 'sort_by' else name),
@@ -207,6 +243,69 @@ class PlanRequest:
             raise InputError('--inter-node', 'more than one node needs the network between '
                              'them (batchfit gpus --catalog lists them)')
         self._check_lora()
+        self._check_stacks()
+
+    def _check_stacks(self) -> None:
+        """A named stack must run the overrides; with none, some stack must."""
+        lora = self.lora is not None
+        if self.framework:
+            STACKS[self.framework].check(
+                precision=self.precision, zero_stages=tuple(self.zero_stages),
+                recompute_modes=tuple(self.recompute_modes), lora=lora)
+        if not self.plan_modes():
+            wanted = [f'--precision {self.precision}'] if self.precision else []
+            wanted += [f'--zero {",".join(map(str, self.zero_stages))}',
+                       f'--recompute {",".join(self.recompute_modes)}']
+            raise InputError('--framework', 'no stack runs ' + ' with '.join(wanted),
+                             '; '.join(f'{s.key}: precision {"/".join(s.precisions)}, ZeRO '
+                                       f'{",".join(map(str, s.zero_stages))}'
+                                       for s in STACKS.values()))
+
+    def stacks(self) -> tuple[Stack, ...]:
+        """The stacks this request searches: the named one, or every one that can run it."""
+        if self.framework:
+            return (STACKS[self.framework],)
+        lora = self.lora is not None
+        return tuple(s for s in STACKS.values()
+                     if (s.lora_modes or not lora)
+                     and (not self.precision or self.precision in s.precisions))
+
+    def plan_modes(self) -> tuple[PlanMode, ...]:
+        """Every (stack, recipe) the search scores, with the ZeRO stages and recompute
+        modes of each that the request allows (the layout codes index this tuple)."""
+        out = []
+        int8 = self.lora is not None and self.lora.base_bits == 8
+        for stack in self.stacks():
+            recompute = tuple(r for r in RECOMPUTE_MODES
+                              if r in stack.recompute and r in self.recompute_modes)
+            if not recompute:
+                continue
+            for mode in stack.modes_for(self.lora is not None, self.precision):
+                zeros = tuple(z for z in mode.zero_stages
+                              if z in self.zero_stages and not (int8 and z == 3))
+                if zeros:
+                    out.append(PlanMode(stack.key, mode.precision, zeros, recompute))
+        # one entry per (stack, recipe): modes that share both are scored together
+        merged: dict[tuple[str, str], PlanMode] = {}
+        for m in out:
+            key = (m.stack, m.precision)
+            if key in merged:
+                prev = merged[key]
+                m = PlanMode(m.stack, m.precision,
+                             tuple(sorted({*prev.zero_stages, *m.zero_stages})), m.recompute_modes)
+            merged[key] = m
+        return tuple(merged.values())
+
+    def for_stack(self, framework: str, precision: str) -> PlanRequest:
+        """This request with the stack and recipe fixed (a candidate's own request)."""
+        from dataclasses import replace
+
+        stack = STACKS[framework]
+        zeros = tuple(z for z in self.zero_stages if z in stack.zero_stages) or self.zero_stages
+        recompute = tuple(r for r in self.recompute_modes if r in stack.recompute) \
+            or self.recompute_modes
+        return replace(self, framework=framework, precision=precision, zero_stages=zeros,
+                       recompute_modes=recompute)
 
     def _check_lora(self) -> None:
         """LoRA runs under PEFT on Hugging Face models, data parallel only.
@@ -218,7 +317,7 @@ class PlanRequest:
             return
         if not isinstance(self.lora, LoraSpec):
             raise InputError('--lora-rank', f'must be a LoraSpec, got {self.lora!r}')
-        if self.framework != 'hf':
+        if self.framework and not STACKS[self.framework].lora_modes:
             raise InputError('--framework', f'LoRA runs under PEFT on Hugging Face models, '
                              f'not {self.framework}', 'hf')
         if self.lora.base_bits == 8 and set(self.zero_stages) == {3}:
@@ -245,19 +344,34 @@ class PlanRequest:
 
     @property
     def loss_kind(self) -> str:
-        """The loss implementation whose buffers are counted."""
-        return self.loss or self.framework
+        """The loss implementation whose buffers are counted ('' : each stack's own)."""
+        return resolve_loss(self.loss, STACKS[self.framework].loss if self.framework else '')
 
     @property
     def usable_bytes(self) -> float:
         """Per-GPU memory a plan may take: the capacity less the margin."""
         return self.gpu.memory_bytes * (1 - self.margin_fraction)
 
-    def memory_options(self) -> MemoryOptions:
-        """The memory model's choices shared by every layout of this request."""
-        return MemoryOptions(precision=self.precision, optimizer=self.optimizer,
-                             attention=self.attention, framework=self.framework,
-                             loss=self.loss_kind, lora=self.lora)
+    def memory_options(self, mode: int = 0) -> MemoryOptions:
+        """The memory model's choices shared by every layout of ``plan_modes()[mode]``."""
+        m = self.plan_modes()[mode]
+        return MemoryOptions(precision=m.precision, optimizer=self.optimizer,
+                             attention=self.attention, framework=m.stack,
+                             loss=resolve_loss(self.loss, STACKS[m.stack].loss), lora=self.lora,
+                             loop=self.loop)
+
+    def memory_arrays(self, layout: LayoutArrays, parts: bool = False) -> MemoryArrays:
+        """The memory model on ``layout``'s candidates, each with its own stack and recipe
+        (one vectorised call per mode present)."""
+        return _per_mode(layout, lambda k, lay: estimate_arrays(
+            self.model, self.memory_options(k), self.memory_config(lay), self.overheads,
+            parts=parts), MemoryArrays.concatenate)
+
+    def memory_floor(self, layout: LayoutArrays) -> np.ndarray:
+        """``tensor_peak_floor`` of every candidate, with its own stack and recipe."""
+        return _per_mode(layout, lambda k, lay: np.broadcast_to(tensor_peak_floor(
+            self.model, self.memory_options(k), self.memory_config(lay)), (len(lay),)),
+            np.concatenate)
 
     def memory_config(self, layout: LayoutArrays) -> ConfigArrays:
         """The memory model's axes for ``layout``'s candidates.
@@ -269,17 +383,30 @@ class PlanRequest:
         return ConfigArrays(
             seq_len=np.asarray(self.seq_len), micro_batch=layout.micro_batch,
             grad_accum=layout.grad_accum, tp=layout.tp, pp=layout.pp, vpp=layout.vpp,
-            cp=layout.cp, ep=np.asarray(1), dp=layout.dp, zero=layout.zero,
+            cp=layout.cp, ep=np.asarray(layout.ep), dp=layout.dp, zero=layout.zero,
             offload=np.asarray(0), recompute=layout.recompute,
             sequence_parallel=np.asarray(self.limits.sequence_parallel))
 
+    def step_options_for(self, framework: str) -> StepTimeOptions:
+        """The step-time constants for a stack: its default DP overlap unless the request
+        (a calibration) set another."""
+        from dataclasses import replace
+
+        if self.step_options.dp_overlap != StepTimeOptions().dp_overlap:
+            return self.step_options
+        return replace(self.step_options, dp_overlap=STACKS[framework].dp_overlap)
+
     def step_times(self, layout: LayoutArrays) -> StepTimeArrays:
-        """The step-time model on ``layout``'s candidates, with this request's choices."""
-        return step_time_arrays(self.model, self.seq_len, self.gpu, self.inter_node, layout,
-                                precision=self.precision, optimizer=self.optimizer,
-                                attention=self.attention, framework=self.framework,
-                                options=self.step_options, calibration=self.calibration,
-                                lora=self.lora)
+        """The step-time model on ``layout``'s candidates, each with its stack's choices."""
+        def one(k: int, lay: LayoutArrays) -> StepTimeArrays:
+            m = self.plan_modes()[k]
+            st = step_time_arrays(self.model, self.seq_len, self.gpu, self.inter_node, lay,
+                                  precision=m.precision, optimizer=self.optimizer,
+                                  attention=self.attention, framework=m.stack,
+                                  options=self.step_options_for(m.stack),
+                                  calibration=self.calibration, lora=self.lora)
+            return StepTimeArrays.concatenate([st]) if np.ndim(lay.tp) else st
+        return _per_mode(layout, one, StepTimeArrays.concatenate)
 
     def to_dict(self) -> dict[str, Any]:
         """The request as JSON (the ``request`` member of ``plan --json``)."""
@@ -293,12 +420,31 @@ class PlanRequest:
             'zero_stages': list(self.zero_stages), 'recompute_modes': list(self.recompute_modes),
             'precision': self.precision, 'optimizer': self.optimizer,
             'attention': self.attention, 'framework': self.framework, 'loss': self.loss_kind,
-            'margin_fraction': self.margin_fraction,
+            'stacks': [s.key for s in self.stacks()],
+            'loop': self.loop, 'margin_fraction': self.margin_fraction,
             'price_per_gpu_hour_usd': self.price, 'sort_by': self.sort_by, 'top_k': self.top_k,
             'limits': self.limits.to_dict(),
             'calibration': None if self.calibration is None else 'given',
             'lora': None if self.lora is None else lora_dict(self.lora, self.model),
         }
+
+
+def _per_mode(layout: LayoutArrays, compute, concatenate):
+    """``compute(mode, rows)`` for each plan mode present in ``layout``, put back in
+    ``layout``'s order (one call when a single mode is present)."""
+    codes = np.asarray(layout.mode)
+    # not np.unique: its masked-array check imports numpy.ma (20 ms of the app's start)
+    present = np.flatnonzero(np.bincount(codes.ravel())) if codes.size else codes.ravel()
+    if present.size <= 1:
+        return compute(int(present[0]) if present.size else 0, layout)
+    groups = [np.flatnonzero(codes == k) for k in present]
+    parts = [compute(int(k), layout.take(rows)) for k, rows in zip(present, groups, strict=True)]
+    joined = concatenate(parts)
+    order = np.empty(len(layout), np.intp)
+    order[np.concatenate(groups)] = np.arange(len(layout))
+    if isinstance(joined, np.ndarray):
+        return joined[order]
+    return joined.take(order)
 
 
 def lora_dict(lora: LoraSpec, model: ModelSpec) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from planner.distinct_rows import packed_key
-from planner.memory.peak import PHASES, MemoryArrays, estimate_arrays
+from planner.memory.peak import PHASES, MemoryArrays
 from planner.plans.request import PlanRequest
 from planner.timing.step_time import (
     RECOMPUTE_MODES,
@@ -104,12 +104,17 @@ class Candidate:
     cost_usd: float
     on_pareto: bool
     dequant_s: float = 0.0
+    framework: str = 'hf'
+    precision: str = 'amp-bf16'
+    ep: int = 1
 
     @property
     def layout(self) -> str:
-        """``tp/pp/cp/dp`` with the virtual stages when interleaved."""
+        """``tp/pp/cp/dp`` with the virtual stages when interleaved (and ``ep`` when
+        experts are split)."""
         pp = f'{self.pp}x{self.vpp}' if self.vpp > 1 else f'{self.pp}'
-        return f'{self.tp}/{pp}/{self.cp}/{self.dp}'
+        ep = f' ep{self.ep}' if self.ep > 1 else ''
+        return f'{self.tp}/{pp}/{self.cp}/{self.dp}{ep}'
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes None)."""
@@ -185,8 +190,7 @@ class SearchResult:
         rows = np.asarray(self.memory_rows)[idx]
         req = self.request
         if not mem.components:  # the search kept totals only: estimate these rows' parts
-            mem = estimate_arrays(req.model, req.memory_options(),
-                                  req.memory_config(lay.take(idx)), req.overheads)
+            mem = req.memory_arrays(lay.take(idx), parts=True)
             rows = np.arange(idx.size)
         capacity = req.gpu.memory_bytes
         usable = int(capacity * (1 - req.margin_fraction))
@@ -207,7 +211,7 @@ class SearchResult:
             return [{k: v[j] for k, v in values.items()} for j in range(len(idx))]
 
         breakdown_names = ('compute_s', 'elementwise_s', 'bubble_s', 'tp_comm_s', 'cp_comm_s',
-                           'pp_comm_s', 'dp_comm_s', 'optimizer_s', 'overhead_s')
+                           'pp_comm_s', 'dp_comm_s', 'ep_comm_s', 'optimizer_s', 'overhead_s')
         breakdown = {name: at(getattr(st, name)) for name in breakdown_names}
         components, overhead = columns(mem.components), columns(mem.overhead)
         phases = columns(mem.phase_bytes)
@@ -219,6 +223,8 @@ class SearchResult:
                                ints(lay.dp))
         micro, accum, zero = ints(lay.micro_batch), ints(lay.grad_accum), ints(lay.zero)
         recompute, sp = ints(lay.recompute), ints(lay.sequence_parallel)
+        ep, modes = ints(lay.ep), ints(lay.mode)
+        plan_modes = req.plan_modes()
         scalars = {name: at(getattr(st, name)) for name in (
             'step_time_s', 'tokens_per_s', 'samples_per_s', 'mfu', 'hfu', 'efficiency',
             'achieved_flops_per_gpu', 'dequant_s')}
@@ -240,7 +246,8 @@ class SearchResult:
                     total_bytes=total[j], capacity_bytes=capacity, usable_bytes=usable,
                     headroom_bytes=usable - total[j], margin_fraction=req.margin_fraction),
                 step_breakdown_s={name: breakdown[name][j] for name in breakdown_names},
-                on_pareto=bool(on_pareto[j]),
+                on_pareto=bool(on_pareto[j]), framework=plan_modes[modes[j]].stack,
+                precision=plan_modes[modes[j]].precision, ep=ep[j],
                 **{name: values[j] for name, values in scalars.items()}))
         return out
 
@@ -264,8 +271,8 @@ class SearchResult:
 
     def first_distinct(self, order: np.ndarray) -> np.ndarray:
         """For candidates at array indices ``order``: True where none before it in
-        ``order`` is a near-duplicate (same GPUs, TP, PP, virtual stages, ZeRO stage and
-        recompute mode, step time within 0.1 %; see :meth:`top`)."""
+        ``order`` is a near-duplicate (same GPUs, TP, PP, virtual stages, ZeRO stage,
+        recompute mode, EP and stack mode, step time within 0.1 %; see :meth:`top`)."""
         lay, st = self.layout, self.step
         order = np.asarray(order, dtype=np.intp)
         mask = np.zeros(order.size, bool)
@@ -274,7 +281,7 @@ class SearchResult:
         shape = np.shape(st.step_time_s)
         columns = [np.broadcast_to(a, shape)[order].astype(np.int64) for a in (
             time_bucket(st.step_time_s), st.gpus, lay.tp, lay.pp, lay.vpp, lay.zero,
-            lay.recompute)]
+            lay.recompute, lay.ep, lay.mode)]
         keys = packed_key(columns)
         _, first = np.unique(keys, axis=0 if keys.ndim == 2 else None, return_index=True)
         mask[first] = True
@@ -285,6 +292,11 @@ class SearchResult:
         rank_of = np.empty(len(self.ranking), int)
         rank_of[self.ranking] = np.arange(1, len(self.ranking) + 1)
         return self.candidates(self.pareto, rank_of[self.pareto])
+
+    def request_for(self, candidate: Candidate) -> PlanRequest:
+        """The request with ``candidate``'s stack and recipe fixed: what its plan file,
+        its export and a re-run of its layout use."""
+        return self.request.for_stack(candidate.framework, candidate.precision)
 
     @property
     def best(self) -> Candidate | None:

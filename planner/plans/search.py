@@ -43,13 +43,8 @@ import numpy as np
 from planner.distinct_rows import packed_key
 from planner.errors import InputError
 from planner.memory.activations import RECOMPUTE_CODES
-from planner.memory.peak import (
-    MemoryArrays,
-    MemoryOptions,
-    estimate_arrays,
-    tensor_peak_floor,
-)
-from planner.plans.request import SORT_KEYS, LayoutLimits, PlanRequest
+from planner.memory.peak import MemoryArrays
+from planner.plans.request import SORT_KEYS, LayoutLimits, PlanMode, PlanRequest
 from planner.plans.result import (
     STATUS_NO_FACTORISATION,
     STATUS_NO_FIT,
@@ -59,6 +54,7 @@ from planner.plans.result import (
     SearchResult,
     time_bucket,
 )
+from planner.stacks import STACKS, Stack
 from planner.timing.step_time import LayoutArrays, TrainingTimeArrays, training_time
 
 __all__ = [
@@ -112,8 +108,9 @@ def _gpu_counts(req: PlanRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return gpus, nodes, per_node
 
 
-def _axis_values(req: PlanRequest) -> dict[str, np.ndarray]:
-    """Valid TP, PP, CP and virtual-stage values before combining them."""
+def _axis_values(req: PlanRequest, stack: Stack | None = None) -> dict[str, np.ndarray]:
+    """Valid TP, PP, CP, virtual-stage and EP values before combining them, for the
+    layouts ``stack`` runs (None: every stack's)."""
     model, lim = req.model, req.limits
     tp = divisors(math.gcd(model.num_heads, model.num_kv_heads))
     tp = lim.allowed('tp', tp[tp <= req.gpus_per_node])
@@ -125,27 +122,29 @@ def _axis_values(req: PlanRequest) -> dict[str, np.ndarray]:
                          & (req.seq_len // cp >= lim.min_tokens_per_cp_rank))]
     cp = lim.allowed('cp', cp[cp <= req.max_nodes * req.gpus_per_node])
     vpp = lim.allowed('vpp', np.arange(1, layers + 1))
-    axes = {'tp': tp, 'pp': pp, 'cp': cp, 'vpp': vpp}
+    ep = divisors(model.moe.num_experts) if model.moe is not None else np.ones(1, int)
+    ep = lim.allowed('ep', ep[ep <= req.max_nodes * req.gpus_per_node])
+    axes = {'tp': tp, 'pp': pp, 'cp': cp, 'vpp': vpp, 'ep': ep}
     if req.lora is not None:  # PEFT: data parallel only
         axes = {name: values[values == 1] for name, values in axes.items()}
+    if stack is not None:
+        runs = {'tp': stack.tensor_parallel, 'pp': stack.pipeline_parallel,
+                'cp': stack.context_parallel, 'vpp': stack.virtual_stages,
+                'ep': stack.expert_parallel}
+        axes = {name: values if runs[name] else values[values == 1]
+                for name, values in axes.items()}
     return axes
-
-
-def _zero_stages(req: PlanRequest) -> np.ndarray:
-    """The ZeRO stages to try: LLM.int8 bases cannot be sharded by ZeRO-3/FSDP."""
-    zeros = np.asarray(sorted(set(req.zero_stages)))
-    if req.lora is not None and req.lora.base_bits == 8:
-        zeros = zeros[zeros < 3]
-    return zeros
 
 
 def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarray | None = None,
                    fixed_accum: int | None = None) -> LayoutArrays:
-    """Every valid candidate for a global batch of ``batch_samples`` sequences.
+    """Every valid candidate for a global batch of ``batch_samples`` sequences, for every
+    (stack, recipe) mode of the request (``PlanRequest.plan_modes``; ``mode`` holds the
+    index), each with only the layouts its stack runs.
 
     Built in stages (GPU count x TP x PP x CP, then micro-batch, then virtual stages,
-    then ZeRO x recompute), each a broadcast mask turned into flat indices, so the work
-    is proportional to the valid candidates, not to the full cross product.
+    then ZeRO x recompute, then EP), each a broadcast mask turned into flat indices, so
+    the work is proportional to the valid candidates, not to the full cross product.
 
     Args:
         req: the request (model, cluster, limits, modes).
@@ -155,9 +154,18 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
         fixed_accum: force this accumulation instead of ``B / (dp * micro_batch)`` (used
             to find feasible DP sizes regardless of B; then ``dp`` need not divide B).
     """
+    parts = [_enumerate_mode(req, k, mode, batch_samples, micro_batches, fixed_accum)
+             for k, mode in enumerate(req.plan_modes())]
+    return parts[0] if len(parts) == 1 else LayoutArrays.concatenate(parts)
+
+
+def _enumerate_mode(req: PlanRequest, code: int, mode: PlanMode, batch_samples: int,
+                    micro_batches: np.ndarray | None, fixed_accum: int | None) -> LayoutArrays:
+    """The candidates of one plan mode (see :func:`enumerate_grid`)."""
     model = req.model
+    stack = STACKS[mode.stack]
     gpus, nodes, per_node = _gpu_counts(req)
-    ax = _axis_values(req)
+    ax = _axis_values(req, stack)
     tp, pp, cp = ax['tp'], ax['pp'], ax['cp']
     # Stage 1: GPU count x TP x PP x CP -> DP (TP inside a node, dividing it).
     w, g = gpus[:, None, None, None], per_node[:, None, None, None]
@@ -198,16 +206,33 @@ def enumerate_grid(req: PlanRequest, batch_samples: int, micro_batches: np.ndarr
     sel = {k: a[il] for k, a in sel.items()}
     sel['vpp'] = v[0, iv]
 
-    # Stage 4: ZeRO stage x recompute mode (ZeRO > 0 only with something to shard).
-    zeros = _zero_stages(req)
-    codes = np.asarray(sorted(RECOMPUTE_CODES[r] for r in set(req.recompute_modes)))
+    # Stage 4: ZeRO stage x recompute mode (ZeRO > 0 only with something to shard; with
+    # a pipeline only the stages the stack runs there; ZeRO-0 beside TP/PP/CP only where
+    # the stack composes them).
+    zeros = np.asarray(mode.zero_stages)
+    codes = np.asarray(sorted(RECOMPUTE_CODES[r] for r in mode.recompute_modes))
     shard = (sel['dp'] * sel['cp'])[:, None, None]
-    ok = np.broadcast_to((zeros[None, :, None] == 0) | (shard > 1),
-                         (len(shard), len(zeros), len(codes)))
+    z = zeros[None, :, None]
+    ok = (z == 0) | (shard > 1)
+    with_pp = np.zeros(4, dtype=bool)  # a lookup, not np.isin (which imports numpy.ma)
+    with_pp[list(stack.zero_with_pp)] = True
+    ok = ok & ((sel['pp'] == 1)[:, None, None] | with_pp[z])
+    if not stack.zero0_with_split:
+        split = (sel['tp'] * sel['pp'] * sel['cp'] > 1)[:, None, None]
+        ok = ok & ((z != 0) | ~split | (shard == 1))
+    ok = np.broadcast_to(ok, (len(shard), len(zeros), len(codes)))
     il, iz, ir = np.nonzero(ok)
-    return LayoutArrays(**{k: a[il] for k, a in sel.items()}, zero=zeros[iz],
-                        recompute=codes[ir],
-                        sequence_parallel=np.full(il.size, req.limits.sequence_parallel))
+    sel = {k: a[il] for k, a in sel.items()}
+    sel['zero'], sel['recompute'] = zeros[iz], codes[ir]
+
+    # Stage 5: expert parallelism (MoE, stacks with EP): EP divides dp x cp.
+    ep = ax['ep'][None, :]
+    ok = ((sel['dp'] * sel['cp'])[:, None] % ep == 0)
+    il, ie = np.nonzero(ok)
+    return LayoutArrays(**{k: a[il] for k, a in sel.items()},
+                        sequence_parallel=np.full(il.size, req.limits.sequence_parallel
+                                                  and stack.sequence_parallel),
+                        ep=ep[0, ie], mode=np.full(il.size, code))
 
 
 # ---- ranking ----------------------------------------------------------------------------
@@ -270,7 +295,7 @@ def _ranking_lexsort(sort_by: str, time_s, cost, headroom, layout: LayoutArrays,
 
 # ---- the memory pass --------------------------------------------------------------------
 
-def _fitting_memory(req: PlanRequest, opts: MemoryOptions, grid: LayoutArrays, usable: float
+def _fitting_memory(req: PlanRequest, grid: LayoutArrays, usable: float
                     ) -> tuple[LayoutArrays, MemoryArrays | None, float]:
     """The layouts of ``grid`` that fit, their memory, and the smallest peak estimated.
 
@@ -280,12 +305,11 @@ def _fitting_memory(req: PlanRequest, opts: MemoryOptions, grid: LayoutArrays, u
     the rest is the grid's whenever anything fits. (Chunks on two threads were tried:
     numpy's loops release the GIL, but the chunking cost as much as it saved.)
     """
-    floor = tensor_peak_floor(req.model, opts, req.memory_config(grid))
+    floor = req.memory_floor(grid)
     kept = grid.take(np.flatnonzero(floor <= usable))
     if not len(kept):
         return kept, None, math.inf
-    memory = estimate_arrays(req.model, opts, req.memory_config(kept), req.overheads,
-                             parts=False)
+    memory = req.memory_arrays(kept)
     total = np.broadcast_to(np.asarray(memory.total_bytes, float), (len(kept),))
     rows = np.flatnonzero(total <= usable)
     return kept.take(rows), memory.take(rows), float(total.min())
@@ -335,14 +359,12 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
                              f'factorises a global batch of {batch} exactly', 0, None, step)
 
     grid_size = len(grid)
-    opts = req.memory_options()
-    layout, memory, min_total = _fitting_memory(req, opts, grid, usable)
+    layout, memory, min_total = _fitting_memory(req, grid, usable)
     rows = np.arange(len(layout))
     step(0.6)
     if rows.size == 0:
         # the smallest peak over the whole grid, for the message
-        total = np.asarray(estimate_arrays(req.model, opts, req.memory_config(grid),
-                                           req.overheads, parts=False).total_bytes, float)
+        total = np.asarray(req.memory_arrays(grid).total_bytes, float)
         return _without_plan(req, started, STATUS_NO_FIT,
                              f'none of the {len(grid):,} layouts for a global batch of {batch} '
                              f'fits in {usable / 2**30:.1f} GiB per GPU (smallest peak '
@@ -424,8 +446,7 @@ def nearest_global_batches(req: PlanRequest) -> tuple[int | None, int | None]:
     grid = enumerate_grid(req, 1, micro_batches=np.asarray([b_min]), fixed_accum=pp_max)
     if len(grid) == 0:
         return None, None
-    memory = estimate_arrays(req.model, req.memory_options(), req.memory_config(grid),
-                             req.overheads, parts=False)
+    memory = req.memory_arrays(grid)
     units = np.unique(grid.dp[np.asarray(memory.total_bytes) <= req.usable_bytes] * b_min)
     if units.size == 0:
         return None, None

@@ -97,8 +97,15 @@ EAGER_PYTORCH_DEFAULT_FACTOR = 0.75
 
 
 def framework_factor(framework: str, family: str) -> float:
-    """Efficiency of ``framework``'s kernels relative to Megatron's on this GPU family."""
-    if framework == 'megatron':
+    """Efficiency of ``framework``'s kernels relative to Megatron's on this GPU family.
+
+    ``framework`` is a stack key (``planner.stacks``; its ``efficiency`` says whose
+    kernels it runs) or ``megatron``/``eager``.
+    """
+    from planner.stacks import STACKS
+
+    kind = STACKS[framework].efficiency if framework in STACKS else framework
+    if kind == 'megatron':
         return 1.0
     return EAGER_PYTORCH_FACTORS.get(family.lower(), EAGER_PYTORCH_DEFAULT_FACTOR)
 

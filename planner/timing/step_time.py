@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from planner.memory.model_states import (
 from planner.memory.recipes import OPTIMIZERS, RECIPES, OptimizerKind, PrecisionRecipe
 from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
+from planner.stacks import STACKS
 from planner.timing.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
 
 RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')  # index = recompute code
@@ -87,7 +88,9 @@ class LayoutArrays:
     ``nodes`` x ``gpus_per_node`` are the GPUs a candidate uses (so
     ``tp * pp * cp * dp == nodes * gpus_per_node``); ranks are ordered TP fastest,
     then CP, DP and PP, as Megatron's default ``tp-cp-ep-dp-pp``. ``recompute`` holds
-    codes into :data:`RECOMPUTE_MODES`.
+    codes into :data:`RECOMPUTE_MODES`. ``ep`` is the expert-parallel size (inside the
+    ``dp * cp`` ranks); ``mode`` indexes the plan search's stack modes (0 outside a
+    search).
     """
 
     nodes: np.ndarray
@@ -102,14 +105,24 @@ class LayoutArrays:
     zero: np.ndarray
     recompute: np.ndarray
     sequence_parallel: np.ndarray
+    ep: np.ndarray = field(default_factory=lambda: np.ones((), int))
+    mode: np.ndarray = field(default_factory=lambda: np.zeros((), int))
 
     def __len__(self) -> int:
         return int(np.size(self.tp))
 
     def take(self, rows: np.ndarray) -> LayoutArrays:
         """The candidates at ``rows`` (flat arrays)."""
-        return LayoutArrays(**{f.name: np.asarray(getattr(self, f.name))[rows]
+        shape = np.shape(self.tp)
+        return LayoutArrays(**{f.name: np.broadcast_to(getattr(self, f.name), shape)[rows]
                                for f in fields(self)})
+
+    @staticmethod
+    def concatenate(parts: list[LayoutArrays]) -> LayoutArrays:
+        """The candidates of several grids, one after the other (flat arrays)."""
+        return LayoutArrays(**{f.name: np.concatenate([
+            np.broadcast_to(getattr(p, f.name), np.shape(p.tp)) for p in parts])
+            for f in fields(LayoutArrays)})
 
 
 @dataclass
@@ -149,6 +162,20 @@ class StepTimeArrays:
     hfu: np.ndarray
     achieved_flops_per_gpu: np.ndarray
     dequant_s: np.ndarray
+    ep_comm_s: np.ndarray = field(default_factory=lambda: np.zeros(()))
+
+    def take(self, rows: np.ndarray) -> StepTimeArrays:
+        """The candidates at ``rows`` (flat arrays)."""
+        shape = np.shape(self.step_time_s)
+        return StepTimeArrays(**{f.name: np.broadcast_to(getattr(self, f.name), shape)[rows]
+                                 for f in fields(self)})
+
+    @staticmethod
+    def concatenate(parts: list[StepTimeArrays]) -> StepTimeArrays:
+        """The step times of several grids, one after the other (flat arrays)."""
+        return StepTimeArrays(**{f.name: np.concatenate([
+            np.broadcast_to(np.asarray(getattr(p, f.name), float), np.shape(p.step_time_s))
+            for p in parts]) for f in fields(StepTimeArrays)})
 
 
 def _stage_params(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
@@ -294,7 +321,7 @@ class _StageBytes:
 
 
 def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
-                 lora: LoraSpec | None) -> _StageBytes:
+                 lora: LoraSpec | None, ep=1) -> _StageBytes:
     """Per-rank parameter bytes of the busiest stage, full training or LoRA.
 
     Full training moves every parameter in the recipe's gradient and weight bytes. Under
@@ -304,8 +331,12 @@ def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
     """
     if lora is None:
         psi = _stage_params(model, p) / t
+        if model.moe is not None and np.any(np.asarray(ep) > 1):
+            # experts split over EP: what one rank holds (dense part over TP, its experts)
+            stages = [stage_params(model, t, p, ep, stage, None) for stage in ('first', 'last')]
+            psi = np.maximum(*(st.dense + st.expert for st in stages))
         return _StageBytes(grad_bytes=psi * r.grad_bytes, update_bytes=psi * r.weight_bytes,
-                           gather_bytes=psi * r.weight_bytes, trainable=psi,
+                           gather_bytes=psi * r.gathered_bytes, trainable=psi,
                            quantized=np.zeros(np.shape(psi)))
     one = np.ones(np.shape(p), int)
     stages = [stage_params(model, t, p, one, stage, lora) for stage in ('first', 'last')]
@@ -377,6 +408,7 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
         InputError: a candidate spans nodes and no inter-node link is given.
     """
     o = options or StepTimeOptions()
+    stack = STACKS[framework]
     r, opt = RECIPES[precision], OPTIMIZERS[optimizer]
     lay = layout
     t, p, v, c, d = lay.tp, lay.pp, lay.vpp, lay.cp, lay.dp
@@ -396,6 +428,9 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     causal = attention == 'flash'
     # fwd + bwd of the output head is never recomputed
     per_mode, fwd_tok, head_tok = _flops_per_token(model, s, causal, lora)
+    if stack.key == 'torchtitan' and lora is None:
+        per_mode = per_mode.copy()
+        per_mode[1] = per_mode[0] + torchtitan_sac_recompute_flops(model)
     layer_tok = (per_mode[rc] - head_tok) / layers
     bwd_fraction = (per_mode[rc] - fwd_tok) / per_mode[rc]
     first_layers, last_layers = np.ceil(layers / p), np.floor(layers / p)
@@ -414,7 +449,7 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     hbm_bps = gpu.hbm_bandwidth_bytes_per_s * o.hbm_efficiency
     elementwise = (_elementwise_bytes_per_token(model, s, attention, r.act_bytes)[rc]
                    + _adapter_bytes_per_token(model, r, lora)[rc])
-    sb = _stage_bytes(model, r, t, p, lora)
+    sb = _stage_bytes(model, r, t, p, lora, lay.ep)
     dequant_mb = sb.quantized * _dequant_bytes_per_param(r, lora)[rc] / hbm_bps
     elementwise_mb = busy_layers * elementwise * tokens_mb / t / hbm_bps + dequant_mb
     gemm_mb = stage_tok * tokens_mb / t / (peak * eta)
@@ -463,6 +498,13 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     def exposed(comm, window):
         return np.maximum(0.0, comm - o.dp_overlap * window)
 
+    # FSDP2 accumulating unsharded gradients (HF Trainer's no_sync with accumulation,
+    # torch's pipelining stage under PP) reduce-scatters them once per step; under
+    # torchtitan's PP the stage also stays gathered: one all-gather per step
+    # (torch/distributed/pipelining/stage.py).
+    accumulation = stack.fsdp_unsharded_accumulation
+    gather_once = r.fsdp & (accumulation == 'pipeline') & (p > 1)
+    reduce_once = r.fsdp & (gather_once | ((accumulation == 'no_sync') & (m > 1)))
     # ZeRO-0: one all-reduce per step after the last backward. ZeRO-1: reduce-scatter,
     # then all-gather the updated weights (hidden by the next forward). ZeRO-2: gradients
     # are reduce-scattered every micro-batch. ZeRO-3: weights gathered for every
@@ -472,19 +514,31 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
         [exposed(2 * rs(grad_bytes), bwd_mb),
          exposed(rs(grad_bytes), bwd_mb) + exposed(rs(update_bytes), fwd_mb),
          exposed(rs(update_bytes), fwd_mb)], 0.0)
+    mb_grad = np.where(reduce_once, 0.0, rs(grad_bytes))
+    mb_gather = np.where(gather_once, 0.0, rs(gather_bytes))
     mb_dp = np.select(
         [zero == 2, zero == 3],
-        [exposed(rs(grad_bytes), bwd_mb),
-         exposed(rs(gather_bytes), fwd_mb) + exposed(rs(gather_bytes) + rs(grad_bytes), bwd_mb)],
+        [exposed(mb_grad, bwd_mb),
+         exposed(mb_gather, fwd_mb) + exposed(mb_gather + mb_grad, bwd_mb)],
         0.0)
+    step_dp = step_dp + np.where(
+        (zero >= 2) & reduce_once, exposed(rs(grad_bytes), bwd_mb), 0.0) + np.where(
+        (zero == 3) & gather_once, exposed(rs(gather_bytes), fwd_mb), 0.0)
     traffic = np.select([zero == 0, zero == 1, zero == 2],
                         [2 * rs(grad_bytes), rs(grad_bytes) + rs(update_bytes),
                          m * rs(grad_bytes) + rs(update_bytes)],
                         m * (2 * rs(gather_bytes) + rs(grad_bytes)))
 
+    # ---- EP: each MoE layer dispatches its tokens to the experts' ranks and combines
+    # them back, an all-to-all each way forward and again backward (four per layer, six
+    # under full recompute), of the rank's tokens x top-k x h; the EP group spans t x ep
+    # GPUs (stride t); not overlapped.
+    ep_mb = _expert_all_to_all_s(model, lay, tokens_mb, r.act_bytes, rc, busy_layers,
+                                 intra_bps, inter_bps, inter_lat, o.intra_node_latency_s)
+
     # ---- Pipeline: every micro-batch crosses the busiest stage; (p-1)/v of a
     # micro-batch's time is the bubble (interleaved 1F1B).
-    t_mb = compute_mb + tp_mb + cp_mb + pp_mb + mb_dp
+    t_mb = compute_mb + tp_mb + cp_mb + pp_mb + mb_dp + ep_mb
     bubble = t_mb * (p - 1) / v
 
     # ---- Optimizer: read gradients, read/write master and states, write weights.
@@ -510,7 +564,36 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
         hardware_flops_per_step=hardware_flops,
         mfu=model_flops / (step * gpus * peak), hfu=hardware_flops / (step * gpus * peak),
         achieved_flops_per_gpu=hardware_flops / (step * gpus),
-        dequant_s=np.broadcast_to(dequant_mb * m, np.shape(step)).astype(float))
+        dequant_s=np.broadcast_to(dequant_mb * m, np.shape(step)).astype(float),
+        ep_comm_s=np.broadcast_to(ep_mb * m, np.shape(step)).astype(float))
+
+
+def torchtitan_sac_recompute_flops(model: ModelSpec) -> float:
+    """FLOPs per token torchtitan's op-level SAC recomputes: every second matmul of each
+    layer (``planner.memory.stack_activations``), forward only."""
+    h, q, kv = model.hidden_size, model.q_size, model.kv_size
+    f = model.moe.top_k * model.moe.expert_ffn_size if model.moe else model.ffn_size
+    widths = [(h, q + 2 * kv)] if model.fused_qkv else [(h, q), (h, kv), (h, kv)]
+    widths.append((q, h))
+    widths += [(h, f), (h, f), (f, h)] if model.gated_mlp else [(h, f), (f, h)]
+    return 2.0 * model.num_layers * sum(a * b for a, b in widths[1::2])
+
+
+def _expert_all_to_all_s(model: ModelSpec, lay: LayoutArrays, tokens_mb, act_bytes: int,
+                         rc, busy_layers, intra_bps, inter_bps, inter_lat, intra_lat):
+    """Seconds of expert-parallel all-to-all per micro-batch on the busiest stage."""
+    ep = np.asarray(lay.ep)
+    if model.moe is None or not np.any(ep > 1):
+        return np.zeros(())
+    t, g = lay.tp, lay.gpus_per_node
+    volume = tokens_mb / t * model.moe.top_k * model.hidden_size * act_bytes
+    inside = t * ep <= g
+    bps = np.where(inside, intra_bps, inter_bps)
+    lat = np.where(inside, intra_lat, inter_lat)
+    one = (ep - 1) / ep * volume / bps + (ep - 1) * lat
+    moe_layers = busy_layers * model.moe_layers / model.num_layers
+    count = 4 + 2 * (np.asarray(rc) == 2)
+    return np.where(ep > 1, moe_layers * count * one, 0.0)
 
 
 # ---- time to train ---------------------------------------------------------------------

@@ -35,7 +35,10 @@ def torchrun_launch(torchrun_args):
                                                 (3, 'deepspeed'), (2, 'fsdp'), (3, 'fsdp')])
 def test_two_nodes(tmp_path, zero, sharding):
     pytest.importorskip('deepspeed')
-    plan = make_plan(nodes=2, micro_batch=2, zero=zero, recompute='full', global_batch=256)
+    # the stack decides the engine: accelerate's FSDP2 (hf) or DeepSpeed (hf-deepspeed)
+    framework = 'hf' if sharding == 'fsdp' or not zero else 'hf-deepspeed'
+    plan = make_plan(nodes=2, micro_batch=2, zero=zero, recompute='full', global_batch=256,
+                     framework=framework)
     exported = export_plan(plan, 'accelerate', ExportOptions(sharding=sharding))
     args, env, config = launched(tmp_path, exported.text)
     assert config.num_processes == 16  # the total, not per node (accelerate #2521)

@@ -26,13 +26,14 @@ def script_argv(folder, nodes, gpus_per_node, script='train.py') -> list[str]:
 
 
 @pytest.mark.parametrize(('zero', 'precision', 'recompute'), [
-    (0, 'amp-bf16', 'none'), (2, 'amp-fp16', 'full'), (3, 'bf16-mixed', 'selective')])
+    (0, 'amp-bf16', 'none'), (2, 'fp16-mixed', 'full'), (3, 'ds-bf16', 'full')])
 def test_arguments_and_deepspeed_numbers(tmp_path, zero, precision, recompute):
     pytest.importorskip('deepspeed')
     from tests.launchers.deepspeed_check import deepspeed_config
 
     plan = make_plan(nodes=2, micro_batch=2, zero=zero, precision=precision,
-                     recompute=recompute, global_batch=256)
+                     recompute=recompute, global_batch=256,
+                     framework='hf' if precision == 'amp-bf16' else 'hf-deepspeed')
     run_script(export_plan(plan, 'hf').text, tmp_path, {'NODE_RANK': '0', 'MASTER_ADDR': 'h'})
     args = training_arguments(script_argv(tmp_path, 2, 8))
     c = plan.candidate
@@ -44,8 +45,8 @@ def test_arguments_and_deepspeed_numbers(tmp_path, zero, precision, recompute):
     assert float(args.warmup_steps).is_integer()
     assert args.warmup_steps >= 1
     assert args.max_steps == plan.steps
-    assert args.bf16 == (precision != 'amp-fp16')
-    assert args.fp16 == (precision == 'amp-fp16')
+    assert args.bf16 == (precision != 'fp16-mixed')
+    assert args.fp16 == (precision == 'fp16-mixed')
     assert bool(args.gradient_checkpointing) == (recompute != 'none')
     if zero == 0:
         assert not args.deepspeed
@@ -66,7 +67,7 @@ def test_deepspeed_mismatch_is_caught_at_another_world_size(tmp_path):
 
 @pytest.mark.parametrize('zero', [2, 3])
 def test_fsdp(tmp_path, zero):
-    plan = make_plan(nodes=1, zero=zero, recompute='full', global_batch=128)
+    plan = make_plan(nodes=1, zero=zero, recompute='full', global_batch=128, framework='hf')
     text = export_plan(plan, 'hf', ExportOptions(sharding='fsdp', script='my train.py')).text
     run_script(text, tmp_path)
     args = training_arguments(script_argv(tmp_path, 1, 8, 'my train.py'))

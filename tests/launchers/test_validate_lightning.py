@@ -53,7 +53,8 @@ def trainer_from(text: str):
 def test_trainer_accepts_settings(zero, sharding, strategy):
     if sharding == 'deepspeed' and zero:
         pytest.importorskip('deepspeed')
-    plan = make_plan(nodes=2, zero=zero, global_batch=256)
+    plan = make_plan(nodes=2, zero=zero, global_batch=256,
+                     framework='hf' if sharding == 'fsdp' or not zero else 'hf-deepspeed')
     exported = export_plan(plan, 'lightning', ExportOptions(sharding=sharding))
     trainer = trainer_from(exported.text)
     assert type(trainer.strategy).__name__ == strategy

@@ -16,6 +16,7 @@ from planner.calibrate.fit import (
     predict_step_time,
     theil_sen,
 )
+from planner.calibrate.records import PROBE_LOOP
 from planner.hardware.catalog import find_gpu
 from planner.memory.peak import Overheads, estimate
 from planner.memory.training import TrainingSetup
@@ -132,7 +133,8 @@ def test_largest_fitting_micro_batch_is_the_estimators_edge():
     b = largest_fitting_micro_batch(model, 4096, 'amp-bf16', 'flash', gpu, ov)
 
     def total(n):
-        setup = TrainingSetup(seq_len=4096, micro_batch=n, attention='flash', framework='hf')
+        setup = TrainingSetup(seq_len=4096, micro_batch=n, attention='flash', framework='hf',
+                              loop=PROBE_LOOP)
         return estimate(model, setup, gpu, margin_fraction=0.0, overheads=ov).total_bytes
 
     assert b >= 1

@@ -26,7 +26,10 @@ def test_estimate_json_schema(capsys):
     assert config['seq_len'] == 4096
     assert config['micro_batch'] == 2
     assert config['dp'] == 8
-    assert config['precision'] == 'amp-bf16'
+    # no --framework: the first stack that runs ZeRO-1 (HF + DeepSpeed), with its recipe
+    assert config['framework'] == 'hf-deepspeed'
+    assert config['precision'] == 'ds-bf16'
+    assert doc['stack'] == {'key': 'hf-deepspeed', 'assumed': True}
     assert config['optimizer'] == 'adamw'
     assert config['recompute'] == 'none'
     assert config['attention'] == 'flash'

@@ -85,7 +85,7 @@ def test_spread_gathers_a_field_when_first_read():
 
 def _request(**kw) -> PlanRequest:
     args = {'model': find_preset('llama-3-8b'), 'seq_len': 4096, 'gpu': find_gpu('h100-sxm'),
-            'max_nodes': 4, 'gpus_per_node': 8, 'inter_node': find_interconnect('ib-ndr'),
+            'max_nodes': 8, 'gpus_per_node': 8, 'inter_node': find_interconnect('ib-ndr'),
             'global_batch': 384, 'length': TrainingLength(tokens=1e11),
             'precision': 'bf16-mixed', 'framework': 'megatron'}
     args.update(kw)

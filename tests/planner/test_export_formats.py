@@ -194,7 +194,7 @@ def test_launchers_without_lora_refuse_lora_plans(lora_plan, capsys, tmp_path, f
                                  'slurm'])
 def test_peft_launchers_keep_their_command_and_say_which_lora_config(lora_plan, qlora_plan,
                                                                      fmt):
-    full = export_plan(make_plan(nodes=2, zero=0, global_batch=256), fmt)
+    full = export_plan(make_plan(nodes=2, zero=0, global_batch=256, framework='hf'), fmt)
     lora = export_plan(lora_plan, fmt)
     config = ("LoraConfig(r=16, target_modules=['q_proj', 'v_proj', 'down_proj'], "
               "task_type='CAUSAL_LM')")

@@ -33,7 +33,10 @@ CASES = {
 def _rows_of(result, c):
     """The search's rows with candidate ``c``'s layout, whatever their micro-batch."""
     lay, gpus = result.layout, np.asarray(result.step.gpus)
-    same = ((gpus == c.gpus) & (lay.tp == c.tp) & (lay.pp == c.pp) & (lay.vpp == c.vpp)
+    modes = [k for k, m in enumerate(result.request.plan_modes())
+             if (m.stack, m.precision) == (c.framework, c.precision)]
+    same = (np.isin(lay.mode, modes) & (lay.ep == c.ep) & (gpus == c.gpus)
+            & (lay.tp == c.tp) & (lay.pp == c.pp) & (lay.vpp == c.vpp)
             & (lay.cp == c.cp) & (lay.zero == c.zero)
             & (lay.recompute == RECOMPUTE_MODES.index(c.recompute)))
     return np.flatnonzero(same)
@@ -72,12 +75,12 @@ def test_a_micro_batch_that_does_not_fit_needs_what_the_estimator_says():
     assert too_big.size  # at s4096 on 80 GB, micro-batch 2 with no recompute does not fit
     i = int(too_big[0])
     setup = TrainingSetup(seq_len=req.seq_len, micro_batch=int(sweep.micro_batch[i]),
-                          grad_accum=int(sweep.grad_accum[i]), precision=req.precision,
+                          grad_accum=int(sweep.grad_accum[i]), precision=best.precision,
                           optimizer=req.optimizer, zero=best.zero, tp=best.tp, pp=best.pp,
                           vpp=best.vpp, cp=best.cp, dp=best.dp,
                           sequence_parallel=req.limits.sequence_parallel,
                           recompute=best.recompute, attention=req.attention,
-                          framework=req.framework, loss=req.loss, lora=req.lora)
+                          framework=best.framework, loss=req.loss, lora=req.lora, ep=best.ep)
     single = estimate(req.model, setup, req.gpu, margin_fraction=req.margin_fraction,
                       overheads=req.overheads)
     assert sweep.total_bytes[i] == pytest.approx(single.total_bytes, rel=1e-9)

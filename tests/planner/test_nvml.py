@@ -475,7 +475,7 @@ def test_only_nvml_module_imports_pynvml():
     importers = sorted(str(p.relative_to(PLANNER.parent)) for p in PLANNER.rglob('*.py')
                        if pattern.search(p.read_text(encoding='utf-8')))
     assert importers == ['planner/hardware/local/nvml.py']
-    source = (PLANNER / 'hw' / 'nvml.py').read_text(encoding='utf-8')
+    source = (PLANNER / 'hardware' / 'local' / 'nvml.py').read_text(encoding='utf-8')
     assert not re.search(r'^(import|from)\s+pynvml\b', source, re.MULTILINE), \
         'pynvml must be imported inside functions'
 

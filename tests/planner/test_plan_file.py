@@ -32,6 +32,20 @@ from tests.export_helpers import make_plan
 DATA = Path(__file__).parent / 'data'
 
 
+def test_migrates_version_2_to_keep_outputs():
+    """A /2 file counted no model output: it loads with the default, safer loop."""
+    from planner.planfile.migrate import migrate
+
+    doc = json.loads((DATA / 'plan_v1.json').read_text())
+    v2 = migrate({**doc}, 'plan.json')
+    v2 = {**v2, 'schema': 'batchfit.plan/2'}
+    v2['constraints'] = {k: v for k, v in v2['constraints'].items() if k != 'loop'}
+    v3 = migrate(v2, 'plan.json')
+    assert v3['schema'] == 'batchfit.plan/3'
+    assert v3['constraints']['loop'] == 'keep-outputs'
+    assert v3['constraints']['lora'] is None
+
+
 @pytest.fixture(scope='module')
 def plan():
     return make_plan(nodes=2, zero=1, global_batch=256)
@@ -43,7 +57,7 @@ def test_round_trip(tmp_path, plan):
     path = tmp_path / 'plan.json'
     write_plan(path, plan)
     doc = json.loads(path.read_text())
-    assert doc['schema'] == CURRENT_SCHEMA == 'batchfit.plan/2'
+    assert doc['schema'] == CURRENT_SCHEMA == 'batchfit.plan/3'
     assert doc['constraints']['lora'] is None
     assert list(doc) == ['schema', 'created_by', 'model', 'cluster', 'targets', 'constraints',
                          'guidance_inputs', 'guidance', 'candidate', 'calibration']
@@ -192,7 +206,7 @@ def test_migrates_version_0(tmp_path):
     assert 'migrated from batchfit.plan/0' in loaded.created_by
     write_plan(tmp_path / 'v1.json', loaded)  # saved again, as the current schema
     assert read_plan(tmp_path / 'v1.json') == loaded
-    assert json.loads((tmp_path / 'v1.json').read_text())['schema'] == 'batchfit.plan/2'
+    assert json.loads((tmp_path / 'v1.json').read_text())['schema'] == 'batchfit.plan/3'
     assert loaded.constraints.lora is None
     assert 'torchrun' in export_plan(loaded, 'torchrun').text
 
@@ -207,7 +221,7 @@ def test_show_command(tmp_path, plan, capsys):
     assert 'Warmup' in out
     code, out, _ = run_cli(capsys, 'show', str(DATA / 'plan_v0.json'), '--json')
     assert code == 0
-    assert json.loads(out)['schema'] == 'batchfit.plan/2'
+    assert json.loads(out)['schema'] == 'batchfit.plan/3'
 
 
 def test_show_bad_file_is_one_line(tmp_path, capsys):
@@ -265,7 +279,7 @@ def test_migrates_version_1(tmp_path, capsys):
     assert (best.dp, best.micro_batch, best.zero, best.recompute) == (8, 2, 2, 'selective')
     write_plan(tmp_path / 'v2.json', loaded)
     doc = json.loads((tmp_path / 'v2.json').read_text())
-    assert doc['schema'] == 'batchfit.plan/2'
+    assert doc['schema'] == 'batchfit.plan/3'
     assert doc['constraints']['lora'] is None
     assert read_plan(tmp_path / 'v2.json') == loaded
     assert (DATA / 'plan_v1.json').read_text() == original  # loading never writes

@@ -28,6 +28,7 @@ from planner.plans.search import (
     pareto_front,
     search,
 )
+from planner.stacks import STACKS
 from planner.timing.step_time import RECOMPUTE_MODES, TrainingLength
 
 H100 = 'h100-sxm'
@@ -119,7 +120,9 @@ def brute_force(req: PlanRequest, batch: int) -> set[tuple[int, ...]]:
                 for vpp in range(1, model.num_layers + 1):
                     if vpp > 1 and (pp == 1 or accum % pp or (model.num_layers // pp) % vpp):
                         continue
-                    for zero, rc in itertools.product(req.zero_stages, range(3)):
+                    zeros = [z for z in req.zero_stages if z in STACKS[req.framework].zero_stages]
+                    codes = [RECOMPUTE_MODES.index(m) for m in STACKS[req.framework].recompute]
+                    for zero, rc in itertools.product(zeros, codes):
                         if zero and dp * cp == 1:
                             continue
                         out.add((nodes, per_node, tp, pp, vpp, cp, dp, micro, accum, zero, rc))
@@ -307,10 +310,10 @@ def test_request_round_trips_to_json_types():
 def test_dropping_layouts_below_the_floor_changes_nothing(monkeypatch, kw):
     """The search skips layouts whose memory floor overflows; without that shortcut it
     must find exactly the same plans, ranking and smallest peak."""
-    import planner.plans.search as search_module
+    import planner.plans.request as request_module
 
     fast = search(request(**kw))
-    monkeypatch.setattr(search_module, 'tensor_peak_floor',
+    monkeypatch.setattr(request_module, 'tensor_peak_floor',
                         lambda model, opts, cfg: np.zeros(np.shape(cfg.micro_batch)))
     full = search(request(**kw))
     assert fast.fitting == full.fitting > 0
@@ -358,7 +361,8 @@ def test_lora_candidates_are_data_parallel_and_their_memory_is_the_single_estima
 
 def test_lora_grid_is_the_full_grid_restricted_to_data_parallel():
     full = request('llama-3.2-1b', seq_len=2048, nodes=3, per_node=4, batch=24)
-    lora = dataclasses.replace(full, framework='hf', lora=LoraSpec(8))
+    lora = dataclasses.replace(full, framework='hf', precision='amp-bf16', lora=LoraSpec(8))
+    full = dataclasses.replace(full, framework='hf-deepspeed', precision='ds-bf16')  # ZeRO 0-3
     rows = {tuple(int(x) for x in row) for row in brute_force(full, 24)
             if row[2] == row[3] == row[4] == row[5] == 1}  # tp, pp, vpp, cp
     grid = enumerate_grid(lora, 24)

@@ -359,6 +359,10 @@ or enter another Python above.</source>
         <translation>logits 与损失缓冲区</translation>
     </message>
     <message>
+        <source>model output held by the loop</source>
+        <translation>训练循环持有的模型输出</translation>
+    </message>
+    <message>
         <source>eager attention scores (transient)</source>
         <translation>eager 注意力分数（临时）</translation>
     </message>
@@ -443,6 +447,10 @@ or enter another Python above.</source>
         <translation>DP 通信</translation>
     </message>
     <message>
+        <source>ep comm</source>
+        <translation>EP 通信</translation>
+    </message>
+    <message>
         <source>optimizer</source>
         <translation>优化器</translation>
     </message>
@@ -477,6 +485,14 @@ or enter another Python above.</source>
     <message>
         <source>torch.autocast(fp16) over fp32 parameters with a GradScaler</source>
         <translation>在 fp32 参数上使用 torch.autocast(fp16)，并配合 GradScaler</translation>
+    </message>
+    <message>
+        <source>FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam (16 B/param over d), bf16 all-gather and compute, no autocast</source>
+        <translation>FSDP2 MixedPrecisionPolicy：fp32 分片权重、梯度与 Adam（每参数 16 B，除以 d），bf16 all-gather 与计算，无 autocast</translation>
+    </message>
+    <message>
+        <source>DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an fp32 gradient accumulation buffer with ZeRO 0-1</source>
+        <translation>DeepSpeed bf16：bf16 权重与梯度，fp32 主权重 + Adam，ZeRO 0-1 时另有 fp32 梯度累加缓冲</translation>
     </message>
     <message>
         <source>Megatron/DeepSpeed: bf16 weights, fp32 grads and master (18 B/param)</source>
@@ -1372,6 +1388,14 @@ or enter another Python above.</source>
         <translation>适配器的秩 r（LoRA/QLoRA）。</translation>
     </message>
     <message>
+        <source>Training loop: accelerate and plain PyTorch loops keep the model output (b × s × vocabulary logits) through backward and the optimizer step; the Hugging Face Trainer and TRL free it inside compute_loss.</source>
+        <translation>训练循环：accelerate 和普通 PyTorch 循环在反向传播和优化器步骤期间一直持有模型输出（b × s × 词表大小的 logits）；Hugging Face Trainer 和 TRL 在 compute_loss 内即释放它。</translation>
+    </message>
+    <message>
+        <source>Loss implementation: the framework&apos;s; HF cross-entropy (fp32 copy of the logits); chunked/fused (Liger: no full logits); Megatron&apos;s vocab-parallel.</source>
+        <translation>损失实现：框架默认；HF 交叉熵（logits 的 fp32 副本）；分块/融合（Liger：不生成完整 logits）；Megatron 的词表并行。</translation>
+    </message>
+    <message>
         <source>Projections that get an adapter: attention (q, k, v, o) or every linear layer (also gate, up, down).</source>
         <translation>加适配器的投影层：注意力层（q、k、v、o），或全部线性层（另加 gate、up、down）。</translation>
     </message>
@@ -1440,6 +1464,38 @@ or enter another Python above.</source>
     <message>
         <source>optimizer</source>
         <translation>优化器</translation>
+    </message>
+    <message>
+        <source>accelerate / plain loop</source>
+        <translation>accelerate / 普通循环</translation>
+    </message>
+    <message>
+        <source>HF Trainer / TRL</source>
+        <translation>HF Trainer / TRL</translation>
+    </message>
+    <message>
+        <source>training loop</source>
+        <translation>训练循环</translation>
+    </message>
+    <message>
+        <source>framework&apos;s</source>
+        <translation>框架默认</translation>
+    </message>
+    <message>
+        <source>HF cross-entropy</source>
+        <translation>HF 交叉熵</translation>
+    </message>
+    <message>
+        <source>chunked (Liger)</source>
+        <translation>分块（Liger）</translation>
+    </message>
+    <message>
+        <source>vocab-parallel</source>
+        <translation>词表并行</translation>
+    </message>
+    <message>
+        <source>loss</source>
+        <translation>损失</translation>
     </message>
     <message>
         <source>full training</source>

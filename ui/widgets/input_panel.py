@@ -83,6 +83,13 @@ TIPS = {
         'on a frozen 16-bit base; QLoRA on a 4-bit NF4 base (bitsandbytes). Both run data '
         'parallel with ZeRO/FSDP, as PEFT does: no TP, PP or CP.'),
     'lora_rank': QT_TRANSLATE_NOOP('InputPanel', 'Adapter rank r (LoRA/QLoRA).'),
+    'loop': QT_TRANSLATE_NOOP(
+        'InputPanel', 'Training loop: accelerate and plain PyTorch loops keep the model output '
+        '(b × s × vocabulary logits) through backward and the optimizer step; the Hugging '
+        'Face Trainer and TRL free it inside compute_loss.'),
+    'loss': QT_TRANSLATE_NOOP(
+        'InputPanel', "Loss implementation: the framework's; HF cross-entropy (fp32 copy of "
+        "the logits); chunked/fused (Liger: no full logits); Megatron's vocab-parallel."),
     'lora_targets': QT_TRANSLATE_NOOP(
         'InputPanel', 'Projections that get an adapter: attention (q, k, v, o) or every '
         'linear layer (also gate, up, down).'),
@@ -272,6 +279,22 @@ class InputPanel(QScrollArea):
         self.optimizer_combo = _described_combo(OPTIMIZERS)
         self._add_row(form, translate('InputPanel', 'optimizer'), self.optimizer_combo,
                       self.optimizer_combo, TIPS['optimizer'])
+        self.loop_combo = QComboBox()
+        for key, label in (('keep-outputs', QT_TRANSLATE_NOOP('InputPanel',
+                                                              'accelerate / plain loop')),
+                           ('trainer', QT_TRANSLATE_NOOP('InputPanel', 'HF Trainer / TRL'))):
+            self.loop_combo.addItem(translate('InputPanel', label), key)
+        self._add_row(form, translate('InputPanel', 'training loop'), self.loop_combo,
+                      self.loop_combo, TIPS['loop'])
+        self.loss_combo = QComboBox()
+        for key, label in (('', QT_TRANSLATE_NOOP('InputPanel', "framework's")),
+                           ('hf', QT_TRANSLATE_NOOP('InputPanel', 'HF cross-entropy')),
+                           ('chunked', QT_TRANSLATE_NOOP('InputPanel', 'chunked (Liger)')),
+                           ('vocab-parallel', QT_TRANSLATE_NOOP('InputPanel',
+                                                                'vocab-parallel'))):
+            self.loss_combo.addItem(translate('InputPanel', label), key)
+        self._add_row(form, translate('InputPanel', 'loss'), self.loss_combo,
+                      self.loss_combo, TIPS['loss'])
         self.tuning_combo = QComboBox()
         for key, label in (('full', QT_TRANSLATE_NOOP('InputPanel', 'full training')),
                            ('lora', QT_TRANSLATE_NOOP('InputPanel', 'LoRA')),
@@ -334,6 +357,7 @@ class InputPanel(QScrollArea):
             '--base-lr': self.base_lr_edit, '--base-batch': self.base_batch_edit,
             '--b-noise': self.b_noise_edit, '--lora-rank': self.tuning_combo,
             '--lora-targets': self.lora_targets_combo, '--qlora': self.tuning_combo,
+            '--loop': self.loop_combo, '--loss': self.loss_combo,
         }
         self.set_inputs(PlanInputs())
         for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
@@ -342,7 +366,8 @@ class InputPanel(QScrollArea):
             edit.textChanged.connect(self._edited)
         for combo in (self.batch_unit_combo, self.length_kind_combo, self.gpu_combo,
                       self.inter_node_combo, self.precision_combo, self.optimizer_combo,
-                      self.tuning_combo, self.lora_targets_combo):
+                      self.tuning_combo, self.lora_targets_combo, self.loop_combo,
+                      self.loss_combo):
             combo.currentIndexChanged.connect(self._edited)
         for spin in (self.nodes_spin, self.gpus_per_node_spin, self.margin_spin,
                      self.lora_rank_spin):
@@ -428,8 +453,8 @@ class InputPanel(QScrollArea):
                    self.length_kind_combo, self.gpu_combo, self.inter_node_combo,
                    self.precision_combo, self.optimizer_combo, self.nodes_spin,
                    self.gpus_per_node_spin, self.margin_spin, self.tuning_combo,
-                   self.lora_rank_spin, self.lora_targets_combo,
-                   *self.zero_boxes.values(), *self.recompute_boxes.values()]
+                   self.lora_rank_spin, self.lora_targets_combo, self.loop_combo,
+                   self.loss_combo, *self.zero_boxes.values(), *self.recompute_boxes.values()]
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -451,6 +476,9 @@ class InputPanel(QScrollArea):
             self._set_combo(self.inter_node_combo, inputs.inter_node)
             self._set_combo(self.precision_combo, inputs.precision)
             self._set_combo(self.optimizer_combo, inputs.optimizer)
+            self._set_combo(self.loop_combo, inputs.loop)
+            self._set_combo(self.loss_combo, 'vocab-parallel' if inputs.loss == 'megatron'
+                            else inputs.loss)
             for z, box in self.zero_boxes.items():
                 box.setChecked(z in inputs.zero_stages)
             for m, box in self.recompute_boxes.items():
@@ -515,6 +543,8 @@ class InputPanel(QScrollArea):
         values['inter_node'] = self.inter_node_combo.currentData() or ''
         values['precision'] = self.precision_combo.currentData()
         values['optimizer'] = self.optimizer_combo.currentData()
+        values['loop'] = self.loop_combo.currentData()
+        values['loss'] = self.loss_combo.currentData() or ''
         zeros = tuple(z for z, box in self.zero_boxes.items() if box.isChecked())
         if not zeros:
             errors['--zero'] = translate('InputPanel', 'tick at least one ZeRO stage')

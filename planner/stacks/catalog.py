@@ -1,0 +1,130 @@
+"""The stacks batchfit plans for, each fact with the framework source it comes from.
+
+* ``hf``: Hugging Face Trainer / accelerate / a plain PyTorch loop. DDP under
+  ``torch.autocast`` over fp32 weights; FSDP2 through accelerate, which wraps the forward
+  in autocast and shards with ``MixedPrecisionPolicy(param_dtype=bf16,
+  reduce_dtype=bf16)`` (huggingface/accelerate src/accelerate/accelerator.py
+  ``native_amp``; src/accelerate/utils/dataclasses.py ``set_mixed_precision``): fp32
+  sharded weights, a bf16 all-gather, no autocast weight copies (autocast caches only fp32
+  leaves: pytorch/pytorch aten/src/ATen/autocast_mode.cpp ``cached_cast``). FSDP has no
+  ZeRO-1. Whole-layer gradient checkpointing only. No PP/TP/CP. LoRA/QLoRA (PEFT) lives
+  here.
+* ``hf-deepspeed``: the Trainer with DeepSpeed ZeRO 0-3. DeepSpeed casts the module to
+  bf16 and switches autocast off (deepspeedai/DeepSpeed deepspeed/runtime/engine.py);
+  fp32 master and Adam states sharded by ZeRO-1+; with ``grad_accum_dtype: fp32``
+  (written by the exporter) ZeRO 0/1 run the BF16_Optimizer, whose fp32 gradient buffer
+  is as large as the bf16 parameters (deepspeed/runtime/bf16_optimizer.py
+  ``fp32_groups_gradients_flat``; engine.py ``_do_optimizer_sanity_check``).
+* ``torchtitan``: FSDP2/HSDP x TP(+SP) x PP x CP x EP with ``MixedPrecisionPolicy(param
+  bf16, reduce fp32)`` and no autocast (pytorch/torchtitan
+  torchtitan/models/llama3/infra/parallelize.py ``apply_fsdp``;
+  torchtitan/distributed/utils.py ``maybe_enable_amp``: autocast only for DDP/single
+  device). Under PP, ``reshard_after_forward = not pp_enabled``: gathered bf16 parameters
+  stay, and torch's pipelining stage accumulates unsharded gradients (fp32, the reduce
+  dtype: torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+  ``to_accumulated_grad_if_needed``). AC none / selective op-level / full
+  (torchtitan/distributed/activation_checkpoint.py).
+* ``megatron``: Megatron-LM / Megatron-Core: TP+SP, PP+VPP, CP, EP; bf16 weights, a
+  contiguous fp32 main-grad buffer, fp32 master + Adam sharded by the distributed
+  optimizer (ZeRO-1 only): 2 + 4 + 12/d bytes a parameter (NVIDIA/Megatron-LM
+  docs/user-guide/features/dist_optimizer.md). Recompute ``selective`` (core attention)
+  or ``full`` (megatron/core/transformer/transformer_config.py). Vocab-parallel fp32
+  cross-entropy. ``--overlap-grad-reduce`` is opt-in: no DP overlap by default
+  (megatron/training/arguments.py).
+* ``deepspeed``: the DeepSpeed engine with its pipeline (Megatron-DeepSpeed): TP, PP
+  (1F1B, no virtual stages), ZeRO <= 1 (deepspeed/runtime/pipe/engine.py asserts "ZeRO-2
+  and ZeRO-3 are incompatible with pipeline parallelism"), no sequence parallelism; bf16
+  module with fp32 master; activation checkpointing of whole layers.
+"""
+
+from __future__ import annotations
+
+from planner.errors import InputError
+from planner.stacks.spec import Stack, StackMode
+
+_DDP = StackMode('ddp', (0,), 'amp-bf16', 'DDP under torch.autocast(bf16) over fp32 weights')
+_FSDP_HF = StackMode('fsdp', (2, 3), 'fsdp-bf16', 'FSDP2 through accelerate: fp32 shards, '
+                     'bf16 all-gather (ZeRO-3 reshards after forward, ZeRO-2 does not)')
+_LORA = StackMode('peft', (0, 1, 2, 3), 'amp-bf16', 'PEFT adapters (fp32) on a frozen base '
+                  'under torch.autocast, with DDP, DeepSpeed ZeRO or FSDP')
+_DS = StackMode('zero', (0, 1, 2, 3), 'ds-bf16', 'DeepSpeed ZeRO: bf16 module, fp32 master '
+                'and states')
+_FSDP_TITAN = StackMode('fsdp', (2, 3), 'fsdp-bf16', 'FSDP2 MixedPrecisionPolicy(param bf16, '
+                        'reduce fp32)')
+_DDP_TITAN = StackMode('ddp', (0,), 'amp-bf16', 'replicate (DDP) under torch.autocast, only '
+                       'without TP/PP/CP')
+_MEGATRON = StackMode('distributed-optimizer', (0, 1), 'bf16-mixed', 'bf16 weights, fp32 '
+                      'main grads, fp32 master + Adam (ZeRO-1: --use-distributed-optimizer)')
+_PIPE = StackMode('pipe', (0, 1), 'ds-bf16', 'pipeline engine, bf16 module, fp32 master')
+
+STACKS: dict[str, Stack] = {s.key: s for s in (
+    Stack(key='hf', label='Hugging Face', description='HF Trainer / accelerate: DDP with '
+          'autocast, or FSDP2; whole-layer checkpointing; data parallel only',
+          modes=(_DDP, _FSDP_HF), lora_modes=(_LORA,),
+          precisions=('amp-bf16', 'amp-fp16', 'fsdp-bf16', 'fp32', 'tf32', 'bf16'),
+          recompute={'none': 'off', 'full': 'gradient checkpointing (whole layers)'},
+          kernels='hf', loss='hf', fsdp_unsharded_accumulation='no_sync',
+          ddp_buckets=True, zero_buckets=True, user_loop=True,
+          launchers=('hf', 'accelerate', 'torchrun', 'lightning', 'llamafactory', 'slurm'),
+          sources=('huggingface/accelerate src/accelerate/accelerator.py',
+                   'huggingface/transformers src/transformers/trainer.py')),
+    Stack(key='hf-deepspeed', label='HF + DeepSpeed', description='HF Trainer with DeepSpeed '
+          'ZeRO 0-3: bf16 module, fp32 master and states, no autocast',
+          modes=(_DS,), precisions=('ds-bf16', 'fp16-mixed'),
+          recompute={'none': 'off', 'full': 'gradient checkpointing (whole layers)'},
+          kernels='hf', loss='hf', ddp_buckets=True, zero_buckets=True, user_loop=True,
+          launchers=('deepspeed', 'hf', 'accelerate', 'slurm'),
+          sources=('deepspeedai/DeepSpeed deepspeed/runtime/engine.py',
+                   'deepspeedai/DeepSpeed deepspeed/runtime/bf16_optimizer.py')),
+    Stack(key='torchtitan', label='torchtitan', description='FSDP2/HSDP x TP x PP x CP x EP, '
+          'bf16 parameters with fp32 reduction, no autocast',
+          modes=(_DDP_TITAN, _FSDP_TITAN), precisions=('fsdp-bf16', 'fp32'),
+          recompute={'none': 'none', 'selective': 'selective (op-level SAC)', 'full': 'full'},
+          kernels='hf', loss='hf', tensor_parallel=True, pipeline_parallel=True,
+          virtual_stages=True, context_parallel=True, expert_parallel=True,
+          sequence_parallel=True, zero_with_pp=(2, 3), zero0_with_split=False,
+          fsdp_unsharded_accumulation='pipeline', ddp_buckets=True,
+          # torchtitan benchmarks/llama3_h100_202412_torchtitan.md reports reserved memory;
+          # the reserve over the tensor peak was fitted on its Table 3 (Llama-3.1-8B, FSDP
+          # 128, local batch 2, seq 8192, selective op AC: 67.0 GiB published; tensor peak
+          # 57.14 GiB + 0.81 GiB context and workspace: (67.0 - 0.81) / 57.14 - 1 = 0.158)
+          # and validated on Table 1 (FSDP 8: tests/planner/test_stacks.py).
+          allocator_fraction=0.16,
+          launchers=('torchtitan', 'slurm'),
+          sources=('pytorch/torchtitan torchtitan/models/llama3/infra/parallelize.py',
+                   'pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py')),
+    Stack(key='megatron', label='Megatron-LM', description='Megatron-Core: TP+SP, PP+VPP, CP, '
+          'EP, distributed optimizer (ZeRO-1), Transformer Engine kernels',
+          modes=(_MEGATRON,), precisions=('bf16-mixed', 'fp16-mixed', 'fp8'),
+          recompute={'none': 'none', 'selective': 'selective (core attention)',
+                     'full': 'full (uniform, every layer)'},
+          kernels='megatron', loss='megatron', tensor_parallel=True, pipeline_parallel=True,
+          virtual_stages=True, context_parallel=True, expert_parallel=True,
+          sequence_parallel=True, zero_with_pp=(0, 1), persistent_grad_buffer=True,
+          efficiency='megatron', dp_overlap=0.0, launchers=('megatron', 'slurm'),
+          sources=('NVIDIA/Megatron-LM docs/user-guide/features/dist_optimizer.md',
+                   'NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py')),
+    Stack(key='deepspeed', label='DeepSpeed pipeline', description='DeepSpeed engine with its '
+          'pipeline: TP, PP (1F1B), ZeRO 0-1',
+          modes=(_PIPE,), precisions=('ds-bf16', 'fp16-mixed'),
+          recompute={'none': 'none', 'full': 'activation checkpointing (whole layers)'},
+          kernels='megatron', loss='megatron', tensor_parallel=True, pipeline_parallel=True,
+          zero_with_pp=(0, 1), zero_buckets=True, dp_overlap=0.0,
+          launchers=('deepspeed', 'slurm'),
+          sources=('deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py',)),
+)}
+STACK_KEYS: tuple[str, ...] = tuple(STACKS)
+# What a single-configuration estimate assumes when no stack is named.
+DEFAULT_STACK = 'hf'
+
+
+def get_stack(key: str, field_name: str = '--framework') -> Stack:
+    """The stack called ``key``.
+
+    Raises:
+        InputError: no such stack.
+    """
+    stack = STACKS.get(key)
+    if stack is None:
+        raise InputError(field_name, f'unknown stack {key!r}', ', '.join(STACK_KEYS))
+    return stack

@@ -1,0 +1,177 @@
+"""What a stack is: the layouts, precision, recompute and time defaults of one framework."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.errors import InputError
+
+
+@dataclass(frozen=True)
+class StackMode:
+    """One documented way a stack shards data parallelism, with its precision recipe.
+
+    Attributes:
+        name: short name (``ddp``, ``fsdp``, ``zero``...).
+        zero_stages: the ZeRO stages this mode runs (FSDP2 reshard-after-forward is
+            ZeRO-3, reshard never ZeRO-2).
+        precision: the ``planner.memory.recipes.RECIPES`` key this mode trains with.
+        description: in words.
+    """
+
+    name: str
+    zero_stages: tuple[int, ...]
+    precision: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A training stack as data (facts with their framework source in ``catalog``).
+
+    Attributes:
+        key: the ``--framework`` value.
+        label: the name people use.
+        description: one line.
+        modes: the data-parallel modes, each with its ZeRO stages and recipe.
+        lora_modes: the modes under LoRA/QLoRA (empty: no LoRA in this stack).
+        precisions: recipes a user may pick with ``--precision`` (overriding the modes').
+        recompute: recompute code name -> the stack's own words for it; only these run.
+        kernels: whose saved-tensor inventory applies (``hf``: PyTorch eager modules;
+            ``megatron``: fused Transformer-Engine kernels, Korthikanti et al. 2022).
+        loss: ``hf`` (logits upcast to fp32, log-softmax saved) or ``megatron``
+            (vocab-parallel fp32 cross-entropy).
+        tensor_parallel, pipeline_parallel, virtual_stages, context_parallel,
+            expert_parallel, sequence_parallel: the layout axes the stack runs.
+        zero_with_pp: ZeRO stages allowed together with a pipeline.
+        zero0_with_split: whether ZeRO-0 (replicated) composes with TP/PP/CP
+            (torchtitan's replicate-only DDP does not).
+        persistent_grad_buffer: one contiguous gradient buffer kept for the whole run
+            (Megatron's main-grad buffer), so gradients are alive during forward too.
+        ddp_buckets: DDP's gradient buckets (a gradient-sized copy) with ZeRO-0.
+        zero_buckets: DeepSpeed's reduce/all-gather buckets with ZeRO 1-3.
+        fsdp_unsharded_accumulation: when FSDP2 accumulates unsharded gradients across
+            micro-batches: ``no_sync`` (with gradient accumulation, as the HF Trainer
+            does through ``accelerator.no_sync``), ``pipeline`` (under PP, torch's
+            pipelining stage) or '' (never).
+        efficiency: ``megatron`` (fused kernels, the curves' reference) or ``eager``
+            (PyTorch modules; ``planner.timing.efficiency.framework_factor``).
+        dp_overlap: fraction of DP/ZeRO traffic hidden behind compute by default.
+        allocator_fraction: the caching allocator's reserve over the tensor peak for this
+            stack (None: the estimator's default), with what it was fitted on in the
+            catalog.
+        user_loop: the user's own training loop runs the step (HF Trainer, accelerate, a
+            plain PyTorch loop), so ``--loop`` decides whether the model output is held
+            through backward. torchtitan's trainer deletes the prediction before backward
+            (pytorch/torchtitan torchtitan/train.py, ``del pred``); Megatron's and
+            DeepSpeed's pipeline schedules keep only the loss.
+        launchers: ``planner.export`` formats that run this stack's plans.
+        sources: where the facts come from (repository + path).
+    """
+
+    key: str
+    label: str
+    description: str
+    modes: tuple[StackMode, ...]
+    precisions: tuple[str, ...]
+    recompute: dict[str, str]
+    kernels: str
+    loss: str
+    launchers: tuple[str, ...]
+    lora_modes: tuple[StackMode, ...] = ()
+    tensor_parallel: bool = False
+    pipeline_parallel: bool = False
+    virtual_stages: bool = False
+    context_parallel: bool = False
+    expert_parallel: bool = False
+    sequence_parallel: bool = False
+    zero_with_pp: tuple[int, ...] = ()
+    zero0_with_split: bool = True
+    persistent_grad_buffer: bool = False
+    ddp_buckets: bool = False
+    zero_buckets: bool = False
+    fsdp_unsharded_accumulation: str = ''
+    efficiency: str = 'eager'
+    dp_overlap: float = 0.8
+    allocator_fraction: float | None = None
+    user_loop: bool = False
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def zero_stages(self) -> tuple[int, ...]:
+        """Every ZeRO stage some mode runs, ascending."""
+        return tuple(sorted({z for mode in self.modes for z in mode.zero_stages}))
+
+    @property
+    def recompute_modes(self) -> tuple[str, ...]:
+        """The recompute modes this stack runs (code names)."""
+        return tuple(self.recompute)
+
+    def modes_for(self, lora: bool, precision: str = '') -> tuple[StackMode, ...]:
+        """The modes a request runs: LoRA's when fine-tuning, each with ``precision``
+        instead of its own recipe when one is given (already checked)."""
+        modes = self.lora_modes if lora else self.modes
+        if not precision:
+            return modes
+        return tuple(StackMode(m.name, m.zero_stages, precision, m.description) for m in modes)
+
+    def recipe_for(self, zero: int, lora: bool = False) -> str:
+        """The stack's own recipe at ZeRO stage ``zero`` (the first mode that runs it)."""
+        for mode in self.lora_modes if lora else self.modes:
+            if zero in mode.zero_stages:
+                return mode.precision
+        return (self.lora_modes if lora else self.modes)[0].precision
+
+    def check(self, *, precision: str = '', zero_stages: tuple[int, ...] = (),
+              recompute_modes: tuple[str, ...] = (), lora: bool = False,
+              field_names: dict[str, str] | None = None) -> None:
+        """Raise InputError when an override is outside what this stack runs.
+
+        Args:
+            precision: a ``--precision`` override ('' for the stack's own recipes).
+            zero_stages: the ZeRO stages asked for (checked for an overlap).
+            recompute_modes: the recompute modes asked for (checked for an overlap).
+            lora: LoRA/QLoRA fine-tuning.
+            field_names: how the caller names the fields (default the CLI flags).
+        """
+        names = {'precision': '--precision', 'zero': '--zero', 'recompute': '--recompute',
+                 'lora': '--lora-rank', **(field_names or {})}
+        if lora and not self.lora_modes:
+            raise InputError(names['lora'], f'the {self.key} stack trains every weight (no '
+                             'LoRA/PEFT in it)', 'a stack with LoRA: hf')
+        if precision and precision not in self.precisions:
+            raise InputError(names['precision'], f'the {self.key} stack does not run '
+                             f'{precision}', ', '.join(self.precisions))
+        zeros = {z for m in self.modes_for(lora) for z in m.zero_stages}
+        if zero_stages and not zeros & set(zero_stages):
+            raise InputError(names['zero'], f'the {self.key} stack runs none of ZeRO '
+                             f'{",".join(map(str, zero_stages))}',
+                             ', '.join(map(str, sorted(zeros))))
+        if recompute_modes and not set(self.recompute) & set(recompute_modes):
+            raise InputError(names['recompute'], f'the {self.key} stack runs none of '
+                             f'{",".join(recompute_modes)}', ', '.join(
+                                 f'{k} ({v})' for k, v in self.recompute.items()))
+
+    def check_layout(self, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1,
+                     ep: int = 1, zero: int = 0) -> None:
+        """Raise InputError when this stack does not run the layout."""
+        axes = (('--tp', tp, self.tensor_parallel), ('--pp', pp, self.pipeline_parallel),
+                ('--vpp', vpp, self.virtual_stages), ('--cp', cp, self.context_parallel),
+                ('--ep', ep, self.expert_parallel))
+        for flag, value, runs in axes:
+            if value > 1 and not runs:
+                raise InputError(flag, f'the {self.key} stack does not run {flag[2:]} > 1', '1')
+        if pp > 1 and zero not in self.zero_with_pp:
+            raise InputError('--zero', f'the {self.key} stack does not run ZeRO {zero} with a '
+                             'pipeline', ', '.join(map(str, self.zero_with_pp)) or 'no PP')
+        if zero == 0 and not self.zero0_with_split and tp * pp * cp > 1:
+            raise InputError('--zero', f'the {self.key} stack composes TP/PP/CP with FSDP '
+                             '(ZeRO 2-3), not with replicated DDP', '2, 3')
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready summary (for ``--json`` and the app)."""
+        return {'key': self.key, 'label': self.label, 'description': self.description,
+                'modes': [{'name': m.name, 'zero_stages': list(m.zero_stages),
+                           'precision': m.precision} for m in self.modes],
+                'precisions': list(self.precisions), 'recompute': dict(self.recompute),
+                'launchers': list(self.launchers)}
