@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 MAX_NODES_FACTOR = 64  # more nodes are tried up to this multiple of the nodes given
+MAX_GPU_SIZES = 4  # larger GPUs tried: one per memory size, the smallest sizes first
 ALL_ZERO = (0, 1, 2, 3)
 ALL_RECOMPUTE = ('none', 'selective', 'full')
 HEADLINES = {
@@ -122,7 +123,8 @@ def _bigger_gpu(inputs: PlanInputs, should_stop) -> Suggestion | None:
     bigger = sorted((g for g in load_gpus().values()
                      if g.memory_bytes > current.memory_bytes),
                     key=lambda g: (g.memory_bytes, g.key))
-    for gpu in bigger[:3]:
+    sizes = sorted({g.memory_bytes for g in bigger})[:MAX_GPU_SIZES]
+    for gpu in [next(g for g in bigger if g.memory_bytes == size) for size in sizes]:
         if _fits(inputs.with_changes(gpu=gpu.key, inter_node=''), should_stop):
             return Suggestion(translate('NoPlan', '{name} ({m:.0f} GiB)').format(
                 name=gpu.name, m=gpu.memory_bytes / GIB), {'gpu': gpu.key, 'inter_node': ''})

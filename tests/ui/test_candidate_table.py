@@ -18,8 +18,11 @@ GIB = 2**30
 
 @pytest.fixture(scope='module')
 def big_result():
-    """Llama-3.1-8B on up to 16 nodes of 8 H100: thousands of fitting layouts."""
-    return search(build_request(PlanInputs(nodes=16)))
+    """Llama-3.1-8B on up to 16 nodes of 8 H100 under Megatron: thousands of layouts."""
+    from dataclasses import replace
+
+    request = build_request(PlanInputs(nodes=16, precision='bf16-mixed'))
+    return search(replace(request, framework='megatron'))
 
 
 def _col(key: str) -> int:

@@ -176,9 +176,10 @@ def test_filters(qtbot, window):
     assert 0 < model.rowCount() <= total
     assert all(model.candidate(r).on_pareto for r in range(model.rowCount()))
     window.results.pareto_check.setChecked(False)
-    window.results.filter_edit.setText('selective')
+    mode = model.candidate(model.rowCount() - 1).recompute  # one the table holds
+    window.results.filter_edit.setText(mode)
     assert model.rowCount()
-    assert all(model.candidate(r).recompute == 'selective' for r in range(model.rowCount()))
+    assert all(model.candidate(r).recompute == mode for r in range(model.rowCount()))
     window.results.filter_edit.clear()
     window.results.headroom_spin.setValue(20.0)
     assert all(model.candidate(r).memory.headroom_bytes >= 20 * GIB
@@ -511,8 +512,10 @@ def test_nothing_fits_clears_the_plots_without_an_error(qtbot, window, model, ba
 
 
 def test_the_empty_state_offers_a_change_that_fits(qtbot, window):
-    window.inputs.model_edit.setText('llama-3.1-70b')
-    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.model == 'llama-3.1-70b')
+    window.inputs.model_edit.setText('qwen2.5-14b')
+    window.inputs.gpus_per_node_spin.setValue(4)
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.model == 'qwen2.5-14b'
+                       and o.inputs.gpus_per_node == 4)
     qtbot.waitUntil(lambda: not window.updating, timeout=20_000)
     assert not o.result.fitting
     labels = [b.text() for b in window.empty_state.buttons]

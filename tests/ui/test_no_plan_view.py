@@ -10,9 +10,10 @@ from ui.plan_inputs import PlanInputs, build_request
 
 
 @pytest.mark.parametrize('inputs', [
-    PlanInputs(model='llama-3.1-70b'),  # 70B on one node of 8 H100
+    PlanInputs(zero_stages=(0,), recompute_modes=('none',)),  # 8B unsharded on 8 H100
     PlanInputs(batch_value=1000, batch_unit='tokens'),  # below one sequence
-    PlanInputs(gpu='rtx-4090', zero_stages=(0,), recompute_modes=('none',)),
+    PlanInputs(model='qwen2.5-14b', gpus_per_node=4),  # more nodes, or a larger GPU
+    PlanInputs(model='qwen2.5-14b', gpu='a100-40g-sxm'),  # a larger GPU
 ])
 def test_every_suggestion_gives_a_plan(qapp, inputs):
     request = build_request(inputs)

@@ -40,10 +40,11 @@ PART_COLOURS: dict[str, str] = {
     'components.attention_scores_temp': '#882255', 'components.forward_temp': '#E69F00',
     'components.autocast_copies': '#0072B2', 'components.backward_temp': '#999933',
     'components.zero3_gathered': '#AA4499', 'components.unsharded_grad': '#F0E442',
-    'components.buffers': '#D55E00', 'overhead.cuda_context': '#555555',
+    'components.buffers': '#D55E00', 'components.model_outputs': '#56B4E9',
+    'overhead.cuda_context': '#555555',
     'overhead.workspace': '#999999', 'overhead.allocator_reserve': '#CCCCCC',
 }
-_SPARE = ('#000000', '#56B4E9', '#009E73', '#CC79A7')  # a part added to the core later
+_SPARE = ('#000000', '#009E73', '#CC79A7')  # a part added to the core later
 
 
 def part_colour(key: str, index: int) -> str:
