@@ -10,7 +10,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run example test lint bench clean translations dist smoke dist-host-libs screenshots
+.PHONY: run run-host-libs example test lint bench clean translations dist smoke dist-host-libs \
+	screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +32,26 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m compileall -q planner ui
 	touch $@ $(VENV)/.installed-run
 
-run: $(VENV)/.installed-run
+# What Qt's xcb platform plugin loads (ldd of PySide6's libqxcb.so, libQt6XcbQpa, Gui,
+# Widgets and DBus; Debian/Ubuntu names). A fresh Debian lacks libxcb-cursor0 and the app
+# stops with "xcb-cursor0 or libxcb-cursor0 is needed". Installed when root with apt (as
+# `make test` does for slurm-client), else one line names them.
+RUN_HOST_PACKAGES := libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 \
+	libxcb-randr0 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 \
+	libx11-xcb1 libegl1 libgl1 libfontconfig1 libdbus-1-3 libglib2.0-0
+run-host-libs:
+	@command -v dpkg >/dev/null || exit 0; \
+	missing=$$(for p in $(RUN_HOST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; \
+		done); [ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "make: installing the Qt platform plugin's libraries:" $$missing; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
+		|| { echo "make: apt-get could not install:" $$missing; exit 1; }; \
+	else echo "make: the desktop app needs these packages: sudo apt-get install" \
+		$$missing; exit 1; fi
+
+run: run-host-libs $(VENV)/.installed-run
 	$(BIN)/batchfit-gui
 
 # The command line on the same worked example, for machines without a display.
@@ -76,6 +96,11 @@ screenshots: $(VENV)/.installed-run
 	$(BIN)/batchfit plan --model llama-3.1-70b --seq-len 8192 --gpu h200 --nodes 16 \
 		--global-batch 2048 --tokens 15T --save build/cluster-plan.json > /dev/null
 	$(SHOT) docs/screenshot-cluster.png --language en build/cluster-plan.json
+	$(SHOT) docs/screenshot-1024.png --language en --size 1024x700
+	$(SHOT) docs/screenshot-1024-zh_CN.png --language zh_CN --size 1024x700
+	$(SHOT) docs/screenshot-empty.png --language en --size 1024x700 --model llama-3.1-70b
+	$(SHOT) docs/screenshot-empty-zh_CN.png --language zh_CN --size 1024x700 \
+		--model llama-3.1-70b
 
 # The desktop app's translations (docs/translations.md): pull every translate() and
 # QT_TRANSLATE_NOOP string of ui/ into the .ts files, then compile each to its .qm.

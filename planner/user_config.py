@@ -12,8 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from planner.errors import InputError
 
 APP_NAME = 'batchfit'
@@ -24,17 +22,29 @@ USER_TOML = 'user.toml'
 def config_dir() -> Path:
     """Folder for the user's settings and catalog additions."""
     override = os.environ.get('BATCHFIT_CONFIG_DIR')
-    return Path(override) if override else Path(platformdirs.user_config_dir(APP_NAME))
+    if override:
+        return Path(override)
+    # imported here: the calibration child imports this module in the user's training
+    # environment, which may lack platformdirs ("No module named 'platformdirs'")
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir(APP_NAME))
 
 
 def data_dir() -> Path:
     """Folder for calibration profiles and other data batchfit writes."""
     override = os.environ.get('BATCHFIT_DATA_DIR')
-    return Path(override) if override else Path(platformdirs.user_data_dir(APP_NAME))
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP_NAME))
 
 
 def log_dir() -> Path:
     """Folder of the GUI's rotating log (``platformdirs.user_log_dir``)."""
+    import platformdirs
+
     return Path(platformdirs.user_log_dir(APP_NAME, ORG_NAME))
 
 

@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                         help='UI language: en or zh_CN (default: the one chosen in View > '
                              'Language, else the system\'s)')
     parser.add_argument('--size', default='1600x1000', help='window size for --screenshot')
+    parser.add_argument('--model', help='start on this model (a preset, size or config.json) '
+                        'instead of the worked example\'s')
     parser.add_argument('--install-desktop', action='store_true',
                         help='add batchfit to this user\'s desktop menu (Linux), then exit')
     parser.add_argument('--uninstall-desktop', action='store_true',
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.plan:
         window.open_path(args.plan, confirm=False)
+    elif args.model:
+        window.inputs.model_edit.setText(args.model)
     if args.screenshot:
         w, h = (int(v) for v in args.size.lower().split('x'))
         window.resize(w, h)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QByteArray, QEvent, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -50,12 +50,13 @@ from ui.i18n import (
     translate,
 )
 from ui.plan_compute import guidance_for
-from ui.plan_document import matching_row, opened_plan, plan_for
+from ui.plan_document import matching_index, opened_plan, plan_for
 from ui.plan_inputs import PlanInputs
 from ui.plots.memory_plot import MemoryPlot
 from ui.plots.plot_export import export_png, export_svg
 from ui.plots.series_plot import MicroBatchPlot, time_vs_batch_plot, time_vs_gpus_plot
 from ui.widgets.detail_panel import DetailPanel
+from ui.widgets.empty_state import EmptyState
 from ui.widgets.gpu_panel import GpuPanel
 from ui.widgets.input_panel import InputPanel
 from ui.widgets.results_view import ResultsView
@@ -72,6 +73,33 @@ PLAN_FILTER = QT_TRANSLATE_NOOP('MainWindow', 'batchfit plan (*.json);;All files
 DOCS = Path(__file__).resolve().parent.parent / 'docs'
 
 
+
+
+MAX_GPU_TICKS = 8
+INPUT_DOCK_MIN_WIDTH = 280
+DETAIL_DOCK_MIN_WIDTH = 260
+CENTRAL_MIN_WIDTH = 420
+COMPACT_WIDTH = 1280  # below: the details become a tab beside the inputs
+WIDE_WIDTH = 1400  # from here: back on the right
+COMPACT_DOCK_WIDTH = 360
+
+
+def whole_ticks(values, most: int = MAX_GPU_TICKS) -> list[float]:
+    """At most ``most`` of the plotted GPU counts as tick positions (no 4.5 GPUs)."""
+    import numpy as np
+
+    counts = np.sort(np.asarray(values, float).ravel())  # np.unique would load numpy.ma
+    counts = counts[np.concatenate([[True], counts[1:] != counts[:-1]])] if counts.size \
+        else counts
+    if counts.size <= most:
+        return counts.tolist()
+    picks = np.round(np.linspace(0, counts.size - 1, most)).astype(int)
+    return counts[sorted(set(picks.tolist()))].tolist()
+
+
+def with_json_suffix(path: str) -> str:
+    """``path`` ending in ``.json`` ("llama-3.1-70b-16n" gets it added)."""
+    return path if path.lower().endswith('.json') else path + '.json'
 
 
 class MainWindow(QMainWindow):
@@ -106,6 +134,8 @@ class MainWindow(QMainWindow):
         # widgets
         self.inputs = InputPanel()
         self.results = ResultsView()
+        self.empty_state = EmptyState()
+        self.results.set_empty_widget(self.empty_state)
         self.details = DetailPanel()
         self.gpu_panel = GpuPanel()
         self.memory_plot = MemoryPlot()
@@ -125,6 +155,9 @@ class MainWindow(QMainWindow):
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.results)
         split.addWidget(plots)
+        split.setChildrenCollapsible(False)
+        plots.setMinimumHeight(240)
+        split.setMinimumWidth(CENTRAL_MIN_WIDTH)
         split.setSizes([330, 570])
         self.splitter = split
         self.setCentralWidget(split)
@@ -142,8 +175,13 @@ class MainWindow(QMainWindow):
         box_layout.addWidget(self.details.warnings_label)
         self.detail_dock = self._dock(translate('MainWindow', 'Selected plan'), 'details_dock',
                                       detail_box, right)
+        self._compact = False  # the details share the left dock area (narrow windows)
+        self.installEventFilter(self)
+        self.input_dock.setMinimumWidth(INPUT_DOCK_MIN_WIDTH)
+        self.detail_dock.setMinimumWidth(DETAIL_DOCK_MIN_WIDTH)
         self.resizeDocks([self.input_dock, self.detail_dock], [390, 400],
                          Qt.Orientation.Horizontal)
+        self._default_state = self.saveState()
 
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
@@ -171,6 +209,7 @@ class MainWindow(QMainWindow):
         self.controller.failed.connect(self._show_failure)
         self.controller.busy_changed.connect(self._busy_changed)
         self.results.candidate_selected.connect(self._show_candidate)
+        self.empty_state.suggestion_chosen.connect(self.apply_suggestion)
         self.hardware.snapshot_ready.connect(self._hardware_snapshot)
         self.gpu_panel.use_catalog.connect(self._use_catalog)
         self.gpu_panel.use_local.connect(self._use_local)
@@ -180,11 +219,7 @@ class MainWindow(QMainWindow):
         app_settings.migrate(s)
         restored = False
         if restore:
-            geometry, state = s.value('window/geometry'), s.value('window/state')
-            if isinstance(geometry, QByteArray):
-                self.restoreGeometry(geometry)
-            if isinstance(state, QByteArray):
-                self.restoreState(state)
+            self.restore_window(s.value('window/geometry'), s.value('window/state'))
             inputs, path = app_settings.last_session()
             if inputs is not None:
                 self.inputs.set_inputs(inputs)
@@ -203,6 +238,59 @@ class MainWindow(QMainWindow):
             self.hardware.start()
 
     # ---- building --------------------------------------------------------------------
+
+    def restore_window(self, geometry, state) -> bool:
+        """The saved geometry and dock state, only where usable; False when not restored.
+
+        A geometry is kept when it lies on a screen with room for the window's minimum;
+        a state when every dock it shows keeps its minimum width (a state saved at
+        1024 px could otherwise leave the Selected-plan panel 75 px wide for good).
+        """
+        if isinstance(geometry, QByteArray) and self.restoreGeometry(geometry):
+            screen = self.screen().availableGeometry() if self.screen() else None
+            if screen is not None and not screen.intersects(self.frameGeometry()):
+                self.resize(min(1500, screen.width()), min(950, screen.height()))
+                self.move(screen.topLeft())
+        if not isinstance(state, QByteArray) or not self.restoreState(state):
+            return False
+        docks = (self.input_dock, self.gpu_dock, self.detail_dock)
+        if not self.layout_usable() or any(d.isFloating() for d in docks):
+            self.restoreState(self._default_state)
+            for dock in docks:
+                dock.setFloating(False)
+            return False
+        return True
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802
+        if obj is self and event.type() == QEvent.Type.Resize:
+            self.fit_docks_to_width(event.size().width())
+        return False
+
+    def fit_docks_to_width(self, width: int) -> None:
+        """Below COMPACT_WIDTH the Selected-plan panel becomes a tab beside the inputs
+        (three columns would leave the table and plots too narrow); above WIDE_WIDTH it
+        goes back to the right."""
+        if width < COMPACT_WIDTH and not self._compact and not self.detail_dock.isHidden() \
+                and not self.detail_dock.isFloating() \
+                and self.dockWidgetArea(self.detail_dock) == Qt.DockWidgetArea.RightDockWidgetArea:
+            self._compact = True
+            self.tabifyDockWidget(self.input_dock, self.detail_dock)
+            self.input_dock.raise_()
+            self.resizeDocks([self.input_dock], [COMPACT_DOCK_WIDTH], Qt.Orientation.Horizontal)
+        elif width >= WIDE_WIDTH and self._compact:
+            self._compact = False
+            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.detail_dock)
+            self.resizeDocks([self.detail_dock], [400], Qt.Orientation.Horizontal)
+
+    def layout_usable(self) -> bool:
+        """Every shown dock and the table/plots area at least their minimum width."""
+        layout = self.layout()
+        if layout is not None:
+            layout.activate()
+        shown = [d for d in (self.input_dock, self.detail_dock) if d.isVisible()]
+        return (all(d.width() >= d.minimumWidth() for d in shown)
+                and self.splitter.width() >= self.splitter.minimumWidth()
+                and all(size > 0 for size in self.splitter.sizes()))
 
     def _dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -328,16 +416,39 @@ class MainWindow(QMainWindow):
         why = outcome.explanation.text if outcome.explanation is not None else r.message
         self.status.setText(summary if r.status == 'ok' else translate(
             'MainWindow', 'No plan: {m}').format(m=why))
-        self.results.set_candidates(outcome.candidates, summary)
+        self.results.set_result(r, summary)
         choice, self._pending_choice = self._pending_choice, None
         if choice is not None and outcome.inputs == self._saved_inputs:
-            row = matching_row(outcome.candidates, choice)  # the row the opened file chose
+            index = matching_index(r, choice)  # the row the opened file chose
+            row = None if index is None else self.results.model.row_of_index(index)
             if row is not None:
-                self.results.select_row(self.results.proxy.mapFromSource(
-                    self.results.model.index(row, 0)).row())
-        if not outcome.candidates:
-            self.details.show_message(translate('MainWindow', 'No plan: {m}').format(
-                m=r.message))
+                self.results.select_row(row)
+        if not r.fitting:
+            self._show_no_plan(outcome)
+
+    def _show_no_plan(self, outcome: PlanOutcome) -> None:
+        """The empty state: why nothing fits, the changes that would, this GPU's lines."""
+        r, req = outcome.result, outcome.request
+        view = outcome.no_plan
+        if view is None:
+            from ui.no_plan_view import HEADLINES
+
+            headline = translate('NoPlan', HEADLINES.get(r.status, HEADLINES['no_fit']))
+            reason, suggestions = r.message, []
+        else:
+            headline, reason = view.headline, view.reason
+            suggestions = [(s.text, s.changes) for s in view.suggestions]
+        self.empty_state.show_explanation(headline, reason, suggestions)
+        self.details.show_message(translate('MainWindow', 'No plan: {m}').format(m=reason))
+        self.memory_plot.show_no_plan(req.gpu.memory_bytes, req.usable_bytes,
+                                      r.min_total_bytes)
+
+    @Slot(object)
+    def apply_suggestion(self, changes: dict) -> None:
+        """Put a suggested change on screen (the plan follows)."""
+        inputs = self.current_inputs()
+        if inputs is not None:
+            self.inputs.set_inputs(inputs.with_changes(**changes))
 
     @Slot(bool)
     def _busy_changed(self, busy: bool) -> None:
@@ -364,6 +475,8 @@ class MainWindow(QMainWindow):
                      time.perf_counter() - self._created_s)
 
     def _set_batch_sweep(self, outcome: PlanOutcome) -> None:
+        if not outcome.by_batch.x.size and outcome.result.fitting:
+            return  # the sweep follows (_show_sweep): no empty plot in between
         self.batch_plot.set_data(outcome.by_batch.x, outcome.by_batch.y / DAY)
         self.batch_plot.set_x_ticks(outcome.by_batch.x, lambda x: f'{x / 1e6:.3g}M')
 
@@ -403,6 +516,7 @@ class MainWindow(QMainWindow):
         o = self.outcome
         if o is not None:
             self.gpus_plot.set_data(o.by_gpus.x, o.by_gpus.y / DAY)
+            self.gpus_plot.set_x_ticks(whole_ticks(o.by_gpus.x), lambda v: f'{v:.0f}')
         if c is None or o is None:
             self.gpus_plot.set_highlight(None, None)
             if o is not None:
@@ -551,7 +665,7 @@ class MainWindow(QMainWindow):
         """Ask for a file name and save."""
         path, _ = QFileDialog.getSaveFileName(self, translate('MainWindow', 'Save plan as'),
                                               'plan.json', translate('MainWindow', PLAN_FILTER))
-        return bool(path) and self.save_to(path)
+        return bool(path) and self.save_to(with_json_suffix(path))
 
     def save_to(self, path: str) -> bool:
         """Save the selected plan and the inputs on screen to ``path`` as a plan file.
@@ -575,11 +689,11 @@ class MainWindow(QMainWindow):
             if outcome is None or outcome.inputs != inputs:
                 outcome = compute_main(inputs)
                 chosen = None
-            if not outcome.candidates:
+            if outcome.best is None:
                 raise InputError('plan', translate(
                     'MainWindow', 'no layout fits these inputs, so there is no plan to save '
                     '(the inputs are kept for the next start)'))
-            write_plan(path, plan_for(outcome, chosen or outcome.candidates[0]))
+            write_plan(path, plan_for(outcome, chosen or outcome.best))
         except (InputError, OSError) as exc:
             QMessageBox.warning(self, title, str(exc))
             return False
@@ -616,6 +730,8 @@ class MainWindow(QMainWindow):
                 self.export_plot(key, path)
             except OSError as exc:
                 QMessageBox.warning(self, translate('MainWindow', 'Cannot export'), str(exc))
+                return
+            self.status.setText(translate('MainWindow', 'Saved {path}').format(path=path))
 
     def export_table(self, path: str) -> None:
         """Write the visible table rows as CSV."""
@@ -630,6 +746,9 @@ class MainWindow(QMainWindow):
                 self.export_table(path)
             except OSError as exc:
                 QMessageBox.warning(self, translate('MainWindow', 'Cannot export'), str(exc))
+                return
+            self.status.setText(translate('MainWindow', 'Exported {n:,} rows to {path}').format(
+                n=self.results.model.rowCount(), path=path))
 
     def show_export_dialog(self):
         """The selected plan in every launcher format (None without a selected plan)."""
@@ -653,9 +772,19 @@ class MainWindow(QMainWindow):
         inv = self.hardware.latest
         uuids = tuple(g.uuid for g in inv.gpus if g.uuid) if inv is not None else ()
         dialog = CalibrationDialog(inputs.model, inputs.seq_len, uuids, self)
+        dialog.profile_saved.connect(self._profile_saved)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.show()
         return dialog
+
+    @Slot(str)
+    def _profile_saved(self, path: str) -> None:
+        """A calibration saved a GPU profile: plan again (``profile`` auto finds it)."""
+        current = self.current_inputs()
+        if current is not None:
+            self.controller.compute_now(current)
+        self.status.setText(translate('MainWindow', 'Plans now use the calibration {path}')
+                            .format(path=path))
 
     # ---- help ------------------------------------------------------------------------
 

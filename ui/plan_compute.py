@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from planner.plans.path import PlanAsk
     from planner.plans.request import PlanRequest
     from planner.plans.result import Candidate, SearchResult
+    from ui.no_plan_view import NoPlanView
 
-TABLE_ROWS = 100
 BATCH_SWEEP = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
@@ -46,8 +46,8 @@ class PlanOutcome:
     Attributes:
         inputs: the inputs it was computed for.
         request: the validated request.
-        result: the search result (arrays).
-        candidates: the best distinct candidates, ranked (the table's rows).
+        result: the search result (arrays: every fitting candidate, the table's rows).
+        best: the top-ranked candidate (None when nothing fits).
         by_gpus: best time-to-train (s) at each GPU count.
         by_batch: best time-to-train (s) at each global batch (tokens), NaN without a plan.
         elapsed_s: wall time of the whole recompute.
@@ -55,18 +55,26 @@ class PlanOutcome:
             computed in the worker; None with a plan.
         ask: what the core was asked (the guidance inputs included).
         calibration: what the calibration profile gave (None without one).
+        no_plan: when nothing fits, why and the nearest changes that would fit.
     """
 
     inputs: PlanInputs
     request: PlanRequest
     result: SearchResult
-    candidates: tuple[Candidate, ...]
+    best: Candidate | None
     by_gpus: SeriesXY
     by_batch: SeriesXY
     elapsed_s: float
     explanation: NoPlanExplanation | None = None
     ask: PlanAsk | None = None
     calibration: CalibrationUse | None = None
+    no_plan: NoPlanView | None = None
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        """The best distinct candidates (the request's ``top_k``), estimated on demand;
+        the table shows every one (``result``)."""
+        return tuple(self.result.top()) if self.result.fitting else ()
 
 
 def compute_plan(inputs: PlanInputs, should_stop: Callable[[], bool] | None = None
@@ -84,7 +92,7 @@ def compute_plan(inputs: PlanInputs, should_stop: Callable[[], bool] | None = No
 
 def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = None
                  ) -> PlanOutcome:
-    """The search, the table's candidates and the GPU-count series (no batch sweep yet).
+    """The search, its best candidate and the GPU-count series (no batch sweep yet).
 
     Raises:
         InputError: a bad input (names the field).
@@ -94,17 +102,19 @@ def compute_main(inputs: PlanInputs, should_stop: Callable[[], bool] | None = No
     from planner.plans.search import search
 
     started = time.perf_counter()
-    ask = plan_ask(inputs, top_k=TABLE_ROWS)
+    ask = plan_ask(inputs)
     calibration = ask_calibration(ask)
     request = build_request(ask, calibration)
     result = search(request, should_stop=should_stop)
-    candidates = tuple(result.top(TABLE_ROWS)) if result.fitting else ()
-    explanation = None
+    explanation = no_plan = None
     if not result.fitting:
         from planner.plans.no_plan import explain_no_plan
+        from ui.no_plan_view import explain
 
         explanation = explain_no_plan(request, result)
-    return PlanOutcome(inputs=inputs, request=request, result=result, candidates=candidates,
+        no_plan = explain(inputs, request, result, should_stop, explanation)
+    return PlanOutcome(inputs=inputs, request=request, result=result, best=result.best,
+                       no_plan=no_plan,
                        by_gpus=best_by_gpus(result),
                        by_batch=SeriesXY(np.zeros(0), np.zeros(0)),
                        elapsed_s=time.perf_counter() - started, explanation=explanation,

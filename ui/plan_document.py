@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from planner.errors import InputError
 from ui.plan_inputs import LORA_TARGETS, PlanInputs
 
 if TYPE_CHECKING:
     from planner.memory.training import LoraSpec
     from planner.planfile.document import ChosenCandidate, PlanFile
-    from planner.plans.result import Candidate
+    from planner.plans.result import Candidate, SearchResult
     from ui.plan_compute import PlanOutcome
 
 # What ``batchfit plan`` can set but the window does not offer; the window plans with
@@ -51,15 +53,14 @@ def plan_for(outcome: PlanOutcome, c: Candidate) -> PlanFile:
     """
     from planner.planfile.document import GuidanceInputs, plan_file_from_search
 
-    index = next((i for i, x in enumerate(outcome.candidates) if x is c or x == c), None)
-    if index is None:
-        raise InputError('plan', 'the selected candidate is not in the current results')
+    if not outcome.result.fitting:
+        raise InputError('plan', 'no layout fits these inputs, so there is no plan')
     inputs = outcome.inputs
     guidance = GuidanceInputs(base_lr=inputs.base_lr,
                               base_batch_samples=inputs.base_batch_samples,
                               b_noise_tokens=inputs.b_noise_tokens)
-    return plan_file_from_search(outcome.request, outcome.result, index,
-                                 model_arg=inputs.model, guidance_inputs=guidance)
+    return plan_file_from_search(outcome.request, outcome.result, model_arg=inputs.model,
+                                 guidance_inputs=guidance, chosen=c)
 
 
 def opened_plan(plan: PlanFile, models_dir: Path | None = None) -> OpenedPlan:
@@ -140,14 +141,24 @@ def _tuning(lora: LoraSpec | None) -> tuple[dict[str, Any], list[str]]:
             'lora_targets': targets}, notes
 
 
-def matching_row(candidates, chosen: ChosenCandidate) -> int | None:
-    """Index of the row with ``chosen``'s layout, or None when the search no longer has it."""
-    keys = ('gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch', 'grad_accum', 'zero',
-            'recompute')
-    for i, c in enumerate(candidates):
-        if all(getattr(c, k) == getattr(chosen, k) for k in keys):
-            return i
-    return None
+def matching_index(result: SearchResult, chosen: ChosenCandidate) -> int | None:
+    """Array index of the candidate with ``chosen``'s layout, or None when the search
+    no longer has it."""
+    from planner.timing.step_time import RECOMPUTE_MODES
+
+    if not result.fitting or result.layout is None or chosen.recompute not in RECOMPUTE_MODES:
+        return None
+    n = result.fitting
+    hit = np.ones(n, bool)
+    for key in ('nodes', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch', 'grad_accum', 'zero'):
+        want = getattr(chosen, key, None)
+        if want is None:
+            continue
+        hit &= np.broadcast_to(np.asarray(getattr(result.layout, key)), (n,)) == want
+    hit &= np.broadcast_to(np.asarray(result.layout.recompute), (n,)) == RECOMPUTE_MODES.index(
+        chosen.recompute)
+    found = np.flatnonzero(hit)
+    return int(found[0]) if found.size else None
 
 
 def _restore_config(config: dict, models_dir: Path | None) -> Path:

@@ -66,6 +66,9 @@ class PlanInputs:
         lora_targets: ``attention`` (q, k, v, o) or ``all`` (every linear of a layer).
         loop: ``keep-outputs`` or ``trainer`` (``planner/memory/model_outputs.py``).
         loss: '' (the framework's), ``hf``, ``chunked`` or ``vocab-parallel``.
+        profile: calibration profile, as the CLI's ``--profile``: ``auto`` (the newest
+            profile of the GPU, as a calibration on this machine saves it), ``none``, or
+            a profile file.
     """
 
     model: str = 'llama-3.1-8b'
@@ -95,6 +98,7 @@ class PlanInputs:
     lora_targets: str = 'attention'
     loop: str = 'keep-outputs'
     loss: str = ''
+    profile: str = 'auto'
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -132,7 +136,7 @@ def plan_ask(inputs: PlanInputs, top_k: int = 100) -> PlanAsk:
         precision=inputs.precision, framework=inputs.framework, optimizer=inputs.optimizer,
         margin_fraction=inputs.margin_percent / 100.0,
         price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k,
-        lora=lora_spec(inputs), loop=inputs.loop, loss=inputs.loss, profile='auto',
+        lora=lora_spec(inputs), loop=inputs.loop, loss=inputs.loss, profile=inputs.profile,
         guidance=GuidanceInputs(base_lr=inputs.base_lr,
                                 base_batch_samples=inputs.base_batch_samples,
                                 b_noise_tokens=inputs.b_noise_tokens))

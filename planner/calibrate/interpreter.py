@@ -52,6 +52,35 @@ def has_torch(python: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     return done.returncode == 0
 
 
+# What the child imports from the interpreter's own environment (batchfit's planner
+# package reaches it on PYTHONPATH; planner.user_config imports platformdirs lazily).
+CHILD_MODULES = ('torch', 'numpy')
+
+
+def missing_modules(python: str, modules: Sequence[str] = CHILD_MODULES,
+                    timeout_s: float = PROBE_TIMEOUT_S) -> list[str] | None:
+    """The ``modules`` that ``python`` cannot find; None when it does not run at all."""
+    probe = ('import importlib.util, sys; '
+             f'print(",".join(m for m in {tuple(modules)!r} '
+             'if importlib.util.find_spec(m) is None))')
+    try:
+        done = subprocess.run([python, '-c', probe], capture_output=True, text=True,
+                              timeout=timeout_s, check=False,
+                              env=undo_frozen_library_path(dict(os.environ)))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return [m for m in done.stdout.strip().split(',') if m]
+
+
+def install_command(python: str, missing: Sequence[str]) -> str:
+    """The command that installs ``missing`` into ``python``'s environment."""
+    import shlex
+
+    return f'{shlex.quote(python)} -m pip install {" ".join(missing)}'
+
+
 def path_candidates(names: Sequence[str] = PATH_CANDIDATES) -> list[str]:
     """``python3`` then ``python`` as found on ``PATH``, each real interpreter once."""
     found: list[str] = []

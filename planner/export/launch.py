@@ -97,9 +97,22 @@ def exports(variables: dict[str, object]) -> list[str]:
     return [f'export {name}={quote(value, name)}' for name, value in variables.items()]
 
 
+SCRIPT_READS = ('your script reads the layout (BATCHFIT_TP, _PP, _VPP, _CP, _DP, _ZERO, '
+                '_RECOMPUTE, _SEQUENCE_PARALLEL), the micro-batch, accumulation, learning rate '
+                'and warmup from the BATCHFIT_* variables (docs/export.md)')
+
+
 def plan_variables(plan: PlanFile, n: BatchNumbers) -> dict[str, object]:
-    """The plan's numbers as ``BATCHFIT_*`` variables, for scripts with their own flags."""
+    """The whole plan as ``BATCHFIT_*`` variables, for scripts with their own flags.
+
+    The layout (TP, PP with its virtual stages, CP, DP, ZeRO stage, recompute mode,
+    sequence parallelism) and the batch numbers; docs/export.md lists each variable.
+    """
+    c = plan.candidate
     out: dict[str, object] = {
+        'BATCHFIT_TP': c.tp, 'BATCHFIT_PP': c.pp, 'BATCHFIT_VPP': c.vpp, 'BATCHFIT_CP': c.cp,
+        'BATCHFIT_DP': c.dp, 'BATCHFIT_ZERO': c.zero, 'BATCHFIT_RECOMPUTE': c.recompute,
+        'BATCHFIT_SEQUENCE_PARALLEL': int(bool(c.sequence_parallel and c.tp > 1)),
         'BATCHFIT_MICRO_BATCH': n.micro_batch, 'BATCHFIT_GRAD_ACCUM': n.grad_accum,
         'BATCHFIT_GLOBAL_BATCH': n.global_batch, 'BATCHFIT_SEQ_LEN': plan.targets.seq_len}
     if plan.guidance.learning_rate is not None:

@@ -46,7 +46,8 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
         InputError: a LoRA plan, ZeRO 2/3 (Megatron's distributed optimizer shards only
             the optimizer states), a pipeline that does not divide the layers, or pure bf16.
     """
-    c, m, notes = plan.candidate, plan.model.spec, []
+    c, m = plan.candidate, plan.model.spec
+    notes: list[str] = []
     refuse_lora(plan, 'megatron', 'Megatron-LM')
     if c.zero > 1:
         raise refuse('megatron', f'ZeRO {c.zero} shards gradients or parameters; Megatron\'s '
@@ -74,6 +75,7 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
         args += [('--recompute-granularity', 'full'), ('--recompute-method', 'uniform'),
                  ('--recompute-num-layers', 1)]
     args += _model_arguments(m, plan.targets.seq_len)
+    args += _rope_and_norm(m, notes)
     notes += _precision(plan, args)
     args += _schedule(plan, notes)
     notes.append('add your tokenizer and data flags (--tokenizer-type, --data-path, ...)')
@@ -107,6 +109,39 @@ def _model_arguments(m: ModelSpec, seq_len: int) -> list[tuple[str, Any]]:
     if m.moe is not None:
         args += [('--num-experts', m.moe.num_experts), ('--moe-router-topk', m.moe.top_k),
                  ('--moe-ffn-hidden-size', m.moe.expert_ffn_size)]
+    return args
+
+
+def _rope_and_norm(m: ModelSpec, notes: list[str]) -> list[tuple[str, Any]]:
+    """RoPE base and scaling, rotary share and norm epsilon, as the model has them.
+
+    Megatron-LM ``megatron/training/arguments.py``: ``--rotary-base`` (an int, default
+    10000), ``--rotary-percent``, ``--use-rope-scaling`` with ``--rope-scaling-factor``
+    (Llama-3.x scaling; ``RotaryEmbedding._apply_scaling`` in
+    ``megatron/core/models/common/embeddings/rotary_pos_embedding.py`` fixes the low/high
+    frequency factors 1 and 4 and the original context 8192, as Llama-3.1 and 3.2 have);
+    ``--norm-epsilon`` is ``TransformerConfig.layernorm_epsilon`` (default 1e-5).
+    """
+    args: list[tuple[str, Any]] = []
+    if m.position_embedding == 'rotary':
+        if m.rope_base is None:
+            notes.append(f'the RoPE base of {m.name} is not known here: add --rotary-base '
+                         '(Megatron uses 10000 when it is not given)')
+        else:
+            args.append(('--rotary-base', round(m.rope_base)))
+            if m.rope_base != round(m.rope_base):
+                notes.append(f'Megatron takes an integer --rotary-base; the model has '
+                             f'{m.rope_base:g}')
+        if m.rotary_fraction < 1.0:
+            args.append(('--rotary-percent', m.rotary_fraction))
+        if m.rope_scaling_factor is not None:
+            args += [('--use-rope-scaling', None), ('--rope-scaling-factor',
+                                                    float(m.rope_scaling_factor))]
+    if m.norm_eps is None:
+        notes.append(f'the norm epsilon of {m.name} is not known here: add --norm-epsilon '
+                     '(Megatron uses 1e-5 when it is not given)')
+    else:
+        args.append(('--norm-epsilon', m.norm_eps))
     return args
 
 

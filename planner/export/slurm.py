@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from planner.export import hf, megatron
 from planner.export.base import Export, ExportOptions, header, lora_notes
 from planner.export.launch import (
+    SCRIPT_READS,
     bash_script,
     exports,
     launch_line,
@@ -71,8 +72,7 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     else:
         env = plan_variables(plan, n)
         program = script_words(options.script_or('train.py'))
-        notes = ['your script reads the micro-batch, accumulation, learning rate and warmup '
-                 'from the BATCHFIT_* variables']
+        notes = [SCRIPT_READS]
     notes = notes + lora_notes(plan)
     program += [quote(a, 'script argument') for a in options.script_args]
     endpoint = f'"$head_node":{options.master_port}'

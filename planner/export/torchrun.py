@@ -1,7 +1,8 @@
 """``torchrun`` launch script: processes and rendezvous; the plan's numbers as variables.
 
-A plain script has its own flag names, so the batch, learning rate and warmup go to it
-as ``BATCHFIT_*`` environment variables (and any ``--`` arguments given to export).
+A plain script has its own flag names, so the layout (TP, PP, CP, DP, ZeRO, recompute),
+the batch, learning rate and warmup go to it as ``BATCHFIT_*`` environment variables
+(docs/export.md; and any ``--`` arguments given to export).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from planner.export.base import Export, ExportOptions, header, lora_notes
 from planner.export.launch import (
+    SCRIPT_READS,
     bash_script,
     exports,
     launch_line,
@@ -27,8 +29,7 @@ if TYPE_CHECKING:
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     """The torchrun script."""
     notes = multi_node_notes(n, options)
-    notes.append('torchrun starts the processes; your script reads the micro-batch, '
-                 'accumulation, learning rate and warmup from the BATCHFIT_* variables')
+    notes.append(f'torchrun starts the processes; {SCRIPT_READS}')
     notes += lora_notes(plan)
     words = torchrun_words(n, options) + script_words(options.script_or('train.py'),
                                                       options.script_args)

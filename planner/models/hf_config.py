@@ -17,6 +17,7 @@ Known gaps, where ``ModelSpec`` cannot say what the checkpoint holds:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -84,6 +85,7 @@ def spec_from_hf_config(config: str | os.PathLike[str] | Config,
                          f'{", ".join(GENERIC_FIELDS)} (and optionally num_key_value_heads, '
                          'head_dim, tie_word_embeddings)')
     label = name or _str(raw, '_name_or_path', '') or default_name or str(model_type)
+    values = {**_launcher_fields(cfg), **values}  # a reader's own values win
     spec = ModelSpec(name=label, source=f'{origin} ({how})', **values)
     if model_type in _NOTES:
         spec = spec.with_changes(source=f'{spec.source}; {_NOTES[model_type](spec)}')
@@ -119,6 +121,42 @@ def _not_causal_decoder(cfg: Config, model_type: Any) -> str | None:
             and not any(a.endswith(_DECODER_HEADS) for a in archs)):
         return f'an encoder or classifier ({", ".join(archs[:3])})'
     return None
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) and value > 0 else None
+
+
+def _launcher_fields(cfg: Config) -> dict[str, Any]:
+    """RoPE base, Llama-3 RoPE scaling, rotary share and norm epsilon, where given.
+
+    Keys as transformers writes them: ``rope_theta`` (``rotary_emb_base`` in GPT-NeoX),
+    ``rope_scaling`` with ``rope_type``/``type`` ``llama3`` and its ``factor``
+    (transformers 5 nests both in ``rope_parameters``), ``partial_rotary_factor``
+    (``rotary_pct``), ``rms_norm_eps`` (``layer_norm_eps``, ``layer_norm_epsilon``).
+    """
+    rope = cfg.get('rope_parameters')
+    rope = rope if isinstance(rope, Mapping) else {}
+    scaling = cfg.get('rope_scaling') or rope
+    scaling = scaling if isinstance(scaling, Mapping) else {}
+    out: dict[str, Any] = {}
+    base = next((_number(v) for v in (rope.get('rope_theta'), cfg.get('rope_theta'),
+                                      cfg.get('rotary_emb_base')) if _number(v)), None)
+    if base is not None:
+        out['rope_base'] = base
+    if scaling.get('rope_type', scaling.get('type')) == 'llama3' and _number(
+            scaling.get('factor')):
+        out['rope_scaling_factor'] = _number(scaling.get('factor'))
+    fraction = _number(cfg.get('partial_rotary_factor', cfg.get('rotary_pct')))
+    if fraction is not None and fraction <= 1.0:
+        out['rotary_fraction'] = fraction
+    eps = next((_number(cfg.get(k)) for k in ('rms_norm_eps', 'layer_norm_eps',
+                                              'layer_norm_epsilon', 'norm_epsilon')
+                if _number(cfg.get(k))), None)
+    if eps is not None and eps < 1.0:
+        out['norm_eps'] = eps
+    return out
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -33,7 +33,7 @@ MODEL_ALLOWED = ('a preset id, alias, name or Hugging Face id; a size such as 7B
 _INFO_FIELDS = ('aliases', 'hf_id', 'published_params')
 # Field types from ModelSpec's annotations (strings under postponed evaluation);
 # the Literal aliases (activation, norm, ...) and str fields are read as str.
-_TYPES = {'int': int, 'bool': bool, 'float': float}
+_TYPES = {'int': int, 'bool': bool, 'float': float, 'float | None': float}
 _SPEC_TYPES: dict[str, type] = {
     f.name: _TYPES.get(str(getattr(f.type, '__name__', f.type)), str)
     for f in fields(ModelSpec) if f.name != 'moe'}

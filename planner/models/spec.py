@@ -9,6 +9,7 @@ checkpoints exactly (see ``tests/planner/test_model_spec.py``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -87,6 +88,11 @@ class ModelSpec:
     rotary_cat: bool = False  # rotary applied by torch.cat (Phi-3, GPT-NeoX partial rotary)
     attention_masks: int = 1  # distinct eager (b,1,s,s) masks (2: Gemma-2/3's sliding window)
     source: str = ''  # where the shape comes from, in words
+    # What a launcher must be told to build the same model (None: not known here):
+    rope_base: float | None = None  # RoPE theta (HF rope_theta / rotary_emb_base)
+    rope_scaling_factor: float | None = None  # Llama-3.x RoPE scaling (HF rope_type llama3)
+    rotary_fraction: float = 1.0  # share of each head's dims rotated (HF partial_rotary_factor)
+    norm_eps: float | None = None  # RMSNorm/LayerNorm epsilon (HF rms_norm_eps ...)
 
     def __post_init__(self) -> None:
         positive = ('num_layers', 'hidden_size', 'num_heads', 'num_kv_heads', 'head_dim',
@@ -107,6 +113,16 @@ class ModelSpec:
             p = getattr(self, name)
             if not 0.0 <= p < 1.0:
                 raise InputError(name, f'must be a probability in [0, 1), got {p!r}')
+        for name, low, high in (('rope_base', 0.0, math.inf),
+                                ('rope_scaling_factor', 0.0, math.inf),
+                                ('norm_eps', 0.0, 1.0)):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not low < v < high):
+                raise InputError(name, f'must be a number in ({low}, {high}), got {v!r}')
+        f = self.rotary_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
+            raise InputError('rotary_fraction', f'must be in (0, 1], got {f!r}')
         if self.moe is not None:
             m = self.moe
             if m.num_experts < 1 or not 1 <= m.top_k <= m.num_experts:

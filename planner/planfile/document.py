@@ -315,7 +315,8 @@ def model_record(spec: ModelSpec, model_arg: str | None = None) -> ModelRecord:
 
 def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_index: int = 0,
                           *, model_arg: str | None = None,
-                          guidance_inputs: GuidanceInputs | None = None) -> PlanFile:
+                          guidance_inputs: GuidanceInputs | None = None,
+                          chosen: Candidate | None = None) -> PlanFile:
     """The plan file for one candidate of a finished search.
 
     Args:
@@ -325,18 +326,21 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
         model_arg: the ``--model`` text, to record the preset/size or embed the
             ``config.json``; None records only the resolved shape.
         guidance_inputs: the reference LR, batch, warmup and noise scale given.
+        chosen: the candidate itself (any fitting one, e.g. a row of the app's full
+            table); ``candidate_index`` is then ignored.
 
     Raises:
         InputError: the search found no plan, or ``candidate_index`` is out of range.
     """
     inputs = guidance_inputs or GuidanceInputs()
-    shown = result.top(max(candidate_index + 1, request.top_k)) if result.fitting else []
-    if not shown:
+    if not result.fitting:
         raise InputError('--save', f'no plan to save: {result.message or "nothing fits"}')
-    if not 0 <= candidate_index < len(shown):
-        raise InputError('--pick', f'candidate {candidate_index + 1} does not exist',
-                         f'1 to {len(shown)}')
-    chosen = shown[candidate_index]
+    if chosen is None:
+        shown = result.top(max(candidate_index + 1, request.top_k))
+        if not 0 <= candidate_index < len(shown):
+            raise InputError('--pick', f'candidate {candidate_index + 1} does not exist',
+                             f'1 to {len(shown)}')
+        chosen = shown[candidate_index]
     guidance = guidance_for(request, result, chosen, inputs)
     length = request.length
     return PlanFile(

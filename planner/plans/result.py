@@ -263,19 +263,29 @@ class SearchResult:
         if not distinct:
             chosen = self.ranking[:k]
             return self.candidates(chosen, range(1, len(chosen) + 1))
-        lay, st = self.layout, self.step
-        if lay is None or st is None:
+        if self.layout is None or self.step is None:
             return []
         head = self.ranking[:max(50 * k, 1000)]  # enough for k distinct
+        ranks = np.flatnonzero(self.first_distinct(head))[:k]
+        return self.candidates(head[ranks], ranks + 1)
+
+    def first_distinct(self, order: np.ndarray) -> np.ndarray:
+        """For candidates at array indices ``order``: True where none before it in
+        ``order`` is a near-duplicate (same GPUs, TP, PP, virtual stages, ZeRO stage,
+        recompute mode, EP and stack mode, step time within 0.1 %; see :meth:`top`)."""
+        lay, st = self.layout, self.step
+        order = np.asarray(order, dtype=np.intp)
+        mask = np.zeros(order.size, bool)
+        if lay is None or st is None or not order.size:
+            return mask
         shape = np.shape(st.step_time_s)
-        columns = [np.broadcast_to(a, shape)[head].astype(np.int64) for a in (
+        columns = [np.broadcast_to(a, shape)[order].astype(np.int64) for a in (
             time_bucket(st.step_time_s), st.gpus, lay.tp, lay.pp, lay.vpp, lay.zero,
             lay.recompute, lay.ep, lay.mode)]
-        # the first (best-ranked) row of each distinct key, in rank order
         keys = packed_key(columns)
         _, first = np.unique(keys, axis=0 if keys.ndim == 2 else None, return_index=True)
-        ranks = np.sort(first)[:k]
-        return self.candidates(head[ranks], ranks + 1)
+        mask[first] = True
+        return mask
 
     def pareto_front(self) -> list[Candidate]:
         """Candidates no other beats on both time-to-train and GPU-hours, fastest first."""

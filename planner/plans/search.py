@@ -85,6 +85,7 @@ __all__ = [
     'nearest_global_batches',
     'pareto_front',
     'plan_units',
+    'ranking_by',
     'search',
 ]
 
@@ -508,6 +509,25 @@ def _guard_figures(st, tr: TrainingTimeArrays | None, memory: MemoryArrays) -> N
         bad = ~(np.isfinite(values) & (values >= 0))
         if bad.any():
             raise FigureError(what, float(values[bad].flat[0]))
+
+
+def ranking_by(result: SearchResult, sort_by: str) -> np.ndarray:
+    """The fitting candidates' indices in the order ``search`` gives with ``sort_by``.
+
+    The same keys and tie-breaks as the search's own ranking, on the arrays it kept, so
+    a view can re-rank every candidate without searching again.
+    """
+    st, tr, layout, memory = result.step, result.train, result.layout, result.memory
+    if sort_by not in SORT_KEYS:
+        raise InputError('--sort', f'unknown sort key {sort_by!r}', ', '.join(SORT_KEYS))
+    if not result.fitting or st is None or tr is None or layout is None or memory is None:
+        return np.zeros(0, int)
+    req = result.request
+    timed = req.length is not None
+    time_key = tr.time_to_train_s if timed else st.step_time_s
+    cost_key = tr.gpu_hours if timed else st.step_time_s * st.gpus
+    headroom = req.usable_bytes - np.asarray(memory.total_bytes, float)
+    return _ranking(sort_by, time_key, cost_key, headroom, layout, st.gpus)
 
 
 def _without_plan(req: PlanRequest, started: float, status: str, message: str, grid_size: int,

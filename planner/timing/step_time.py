@@ -116,8 +116,8 @@ class LayoutArrays:
     def __len__(self) -> int:
         return int(np.size(self.tp))
 
-    def take(self, rows: np.ndarray) -> LayoutArrays:
-        """The candidates at ``rows`` (flat arrays)."""
+    def take(self, rows: np.ndarray | slice) -> LayoutArrays:
+        """The candidates at ``rows`` (an index array, or a slice: views)."""
         shape = np.shape(self.tp)
         return LayoutArrays(**{f.name: np.broadcast_to(getattr(self, f.name), shape)[rows]
                                for f in fields(self)})

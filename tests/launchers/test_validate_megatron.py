@@ -26,10 +26,11 @@ INT_FLAGS = ('--tensor-model-parallel-size', '--pipeline-model-parallel-size',
              '--ffn-hidden-size', '--num-attention-heads', '--num-query-groups',
              '--kv-channels', '--seq-length', '--max-position-embeddings', '--train-iters',
              '--lr-warmup-iters', '--recompute-num-layers', '--num-experts',
-             '--moe-router-topk', '--moe-ffn-hidden-size')
+             '--moe-router-topk', '--moe-ffn-hidden-size', '--rotary-base')
 SWITCHES = ('--sequence-parallel', '--use-distributed-optimizer', '--recompute-activations',
             '--group-query-attention', '--swiglu', '--untie-embeddings-and-output-weights',
-            '--disable-bias-linear', '--add-qkv-bias', '--qk-layernorm', '--bf16', '--fp16')
+            '--disable-bias-linear', '--add-qkv-bias', '--qk-layernorm', '--bf16', '--fp16',
+            '--use-rope-scaling')
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -38,7 +39,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.add_argument(name, type=int)
     for name in SWITCHES:
         parser.add_argument(name, action='store_true')
-    for name in ('--lr', '--min-lr', '--attention-dropout', '--hidden-dropout'):
+    for name in ('--lr', '--min-lr', '--attention-dropout', '--hidden-dropout',
+                 '--rope-scaling-factor', '--rotary-percent', '--norm-epsilon'):
         parser.add_argument(name, type=float)
     parser.add_argument('--position-embedding-type', choices=('rope', 'learned_absolute',
                                                               'none'))
@@ -76,7 +78,8 @@ def transformer_config(a: argparse.Namespace, world: int):
             params_dtype=dtype, pipeline_dtype=dtype, gated_linear_unit=a.swiglu,
             add_bias_linear=not a.disable_bias_linear, qk_layernorm=a.qk_layernorm,
             normalization=a.normalization, attention_dropout=a.attention_dropout,
-            hidden_dropout=a.hidden_dropout)
+            hidden_dropout=a.hidden_dropout,
+            **({} if a.norm_epsilon is None else {'layernorm_epsilon': a.norm_epsilon}))
 
 
 @pytest.mark.parametrize(('tp', 'pp', 'vpp', 'cp', 'zero', 'recompute'), [
@@ -122,3 +125,26 @@ def test_calculator_rejects_a_wrong_dp():
     c = plan.candidate
     with pytest.raises(AssertionError, match='not divisible'):
         ConstantNumMicroBatchesCalculator(c.global_batch, c.micro_batch, 6, False, 0)
+
+
+@pytest.mark.parametrize(('model', 'base', 'scaling', 'percent', 'eps'), [
+    ('llama-3.1-8b', 500_000, 8.0, None, 1e-5),  # config.json: rope_theta, rope_scaling
+    ('llama-3.2-1b', 500_000, 32.0, None, 1e-5),
+    ('qwen2.5-7b', 1_000_000, None, None, 1e-6),
+    ('pythia-1b', 10_000, None, 0.25, 1e-5),  # rotary_pct 0.25
+])
+def test_megatron_builds_the_same_rope_and_norms(tmp_path, model, base, scaling, percent, eps):
+    """Without --rotary-base Megatron would rotate Llama-3.1 at 10000, not 500000."""
+    plan = make_plan(model=model, nodes=1, tp=1, pp=1, zero=1, micro_batch=1,
+                     global_batch=64, seq_len=2048, framework='megatron',
+                     precision='bf16-mixed')
+    text = export_plan(plan, 'megatron').text
+    run_script(text, tmp_path, {})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    a = parse(argv[argv.index('pretrain_gpt.py') + 1:])
+    assert a.rotary_base == base
+    assert a.use_rope_scaling == (scaling is not None)
+    assert a.rope_scaling_factor == scaling
+    assert a.rotary_percent == percent
+    assert a.norm_epsilon == eps
+    assert transformer_config(a, 8).layernorm_epsilon == eps

@@ -25,6 +25,27 @@ def test_single_node_is_standalone(tmp_path):
     assert env['BATCHFIT_GLOBAL_BATCH'] == '128'
 
 
+@pytest.mark.parametrize(('tp', 'pp', 'cp', 'zero', 'recompute'), [
+    (2, 2, 1, 1, 'selective'), (1, 1, 2, 3, 'full'), (1, 1, 1, 0, 'none')])
+def test_the_script_gets_the_whole_layout(tmp_path, tp, pp, cp, zero, recompute):
+    """TP, PP, CP, DP, ZeRO and recompute reach the training script, not only a comment."""
+    plan = make_plan(nodes=2, tp=tp, pp=pp, cp=cp, zero=zero, recompute=recompute,
+                     micro_batch=1, global_batch=128)
+    c = plan.candidate
+    for fmt in ('torchrun', 'slurm'):
+        options = ExportOptions(payload='torchrun') if fmt == 'slurm' else ExportOptions()
+        run_script(export_plan(plan, fmt, options).text, tmp_path,
+                   {'NODE_RANK': '0', 'MASTER_ADDR': 'h0', 'SLURM_JOB_NODELIST': 'h0',
+                    'SLURM_JOB_ID': '1'})
+        env = recorded_env(tmp_path, 'torchrun')
+        got = {k: env[f'BATCHFIT_{k.upper()}'] for k in ('tp', 'pp', 'vpp', 'cp', 'dp', 'zero',
+                                                          'recompute')}
+        assert got == {'tp': str(c.tp), 'pp': str(c.pp), 'vpp': str(c.vpp), 'cp': str(c.cp),
+                       'dp': str(c.dp), 'zero': str(zero), 'recompute': recompute}
+        assert int(got['tp']) * int(got['pp']) * int(got['cp']) * int(got['dp']) == 16
+        assert int(env['BATCHFIT_MICRO_BATCH']) * int(env['BATCHFIT_GRAD_ACCUM']) * c.dp == 128
+
+
 def test_multi_node_static_each_node_its_rank(tmp_path):
     plan = make_plan(nodes=4, gpus_per_node=8, micro_batch=2, global_batch=256)
     text = export_plan(plan, 'torchrun').text

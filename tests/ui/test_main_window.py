@@ -40,7 +40,7 @@ def test_opens_on_the_worked_example(qtbot, window):
     assert o.result.target_batch_samples * o.request.seq_len == 4_194_304
     assert o.request.gpu.key == 'h100-sxm'
     assert o.request.max_nodes * o.request.gpus_per_node == 8
-    assert window.results.proxy.rowCount() > 0
+    assert window.results.model.rowCount() > 0
     assert window.results.selected_candidate() is not None
     assert 'B parameters' in window.inputs.model_info.text()
     assert not window.isWindowModified()
@@ -89,8 +89,8 @@ def test_user_plans_a_preset_on_a_catalog_gpu(qtbot, window):
     c = window.results.selected_candidate()
     assert c is not None
     assert c.global_batch == 512
-    mems = [window.results.proxy.index(r, 7).data(Qt.ItemDataRole.UserRole)
-            for r in range(window.results.proxy.rowCount())]
+    mems = [window.results.model.index(r, 7).data(Qt.ItemDataRole.UserRole)
+            for r in range(window.results.model.rowCount())]
     assert mems == sorted(mems)
 
     est = memory_estimate_for(o, c)
@@ -164,25 +164,27 @@ def test_exports(qtbot, window, tmp_path):
     window.export_table(str(path))
     rows = list(csv.reader(io.StringIO(path.read_text())))
     assert rows[0][:4] == ['#', 'GPUs', 'nodes', 'TP/PP/CP/DP']
-    assert len(rows) - 1 == window.results.proxy.rowCount()
-    best = window.outcome.candidates[0]
+    assert len(rows) - 1 == window.results.model.rowCount()
+    best = window.outcome.best
     assert float(rows[1][7]) == pytest.approx(best.memory.total_bytes / GIB)
 
 
 def test_filters(qtbot, window):
-    proxy = window.results.proxy
-    total = proxy.rowCount()
+    model = window.results.model
+    total = model.rowCount()
     window.results.pareto_check.setChecked(True)
-    assert 0 < proxy.rowCount() <= total
-    assert all(window.results.model.candidate(r).on_pareto for r in proxy.visible_source_rows())
+    assert 0 < model.rowCount() <= total
+    assert all(model.candidate(r).on_pareto for r in range(model.rowCount()))
     window.results.pareto_check.setChecked(False)
-    window.results.filter_edit.setText('selective')
-    assert all(window.results.model.candidate(r).recompute == 'selective'
-               for r in proxy.visible_source_rows())
+    mode = model.candidate(model.rowCount() - 1).recompute  # one the table holds
+    window.results.filter_edit.setText(mode)
+    assert model.rowCount()
+    assert all(model.candidate(r).recompute == mode for r in range(model.rowCount()))
     window.results.filter_edit.clear()
     window.results.headroom_spin.setValue(20.0)
-    assert all(window.results.model.candidate(r).memory.headroom_bytes >= 20 * GIB
-               for r in proxy.visible_source_rows())
+    assert all(model.candidate(r).memory.headroom_bytes >= 20 * GIB
+               for r in range(model.rowCount()))
+    assert model.hidden.filtered == total - model.rowCount()
 
 
 def test_bad_values_turn_fields_red(qtbot, window):
@@ -429,6 +431,7 @@ def test_export_to_launchers(qtbot, window):
     assert f'{c.global_batch}' in dialog.texts['torchrun']
     for name, message in dialog.errors.items():  # a refused format says why
         assert name in message
+        assert 're-plan' not in message  # no CLI flag the window lacks
     dialog.close()
 
 
@@ -503,7 +506,46 @@ def test_nothing_fits_clears_the_plots_without_an_error(qtbot, window, model, ba
     assert o.result.fitting == 0
     assert window.results.selected_candidate() is None
     assert window.memory_plot.total_gib() == 0.0
-    assert not window.memory_plot.capacity_line.isVisible()
+    # the designed empty state: this GPU's lines, the smallest peak, why, what would fit
+    assert window.memory_plot.capacity_line.isVisible()
+    assert window.memory_plot.capacity_gib == pytest.approx(o.request.gpu.memory_bytes / GIB)
+    assert window.memory_plot.floor_bar.isVisible()
+    assert window.results.stack.currentWidget() is window.empty_state
+    assert 'fits in' in window.empty_state.reason.text()
     xs, ys = window.batch_plot.data()
     assert xs.size == ys.size
     assert np.isfinite(ys).all()
+
+
+def test_the_empty_state_offers_a_change_that_fits(qtbot, window):
+    # the Hugging Face stack (data parallel only) does not fit 14B on 4 GPUs
+    combo = window.inputs.framework_combo
+    combo.setCurrentIndex(combo.findData('hf'))
+    window.inputs.model_edit.setText('qwen2.5-14b')
+    window.inputs.gpus_per_node_spin.setValue(4)
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.model == 'qwen2.5-14b'
+                       and o.inputs.gpus_per_node == 4)
+    qtbot.waitUntil(lambda: not window.updating, timeout=20_000)
+    assert not o.result.fitting
+    labels = [b.text() for b in window.empty_state.buttons]
+    assert any('nodes' in label for label in labels), labels
+    nodes = next(b for b in window.empty_state.buttons if 'nodes' in b.text())
+    nodes.click()
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.nodes > 1)
+    qtbot.waitUntil(lambda: not window.updating, timeout=20_000)
+    assert o.result.fitting > 0
+    assert window.results.stack.currentWidget() is window.results.table
+    assert window.memory_plot.capacity_gib == pytest.approx(o.request.gpu.memory_bytes / GIB)
+
+
+def test_the_memory_plot_follows_the_gpu(qtbot, window):
+    """The capacity line is the current GPU's, with or without a plan."""
+    combo = window.inputs.gpu_combo
+    for key in ('mi300x', 'a100-40g-sxm', 'h100-sxm'):
+        combo.setCurrentIndex(combo.findData(key))
+        o = _wait_for_plan(qtbot, window, lambda o, k=key: o.inputs.gpu == k)
+        qtbot.waitUntil(lambda: not window.updating, timeout=20_000)
+        assert window.memory_plot.capacity_gib == pytest.approx(
+            o.request.gpu.memory_bytes / GIB)
+        label = window.memory_plot.capacity_line.label.toPlainText()
+        assert f'{o.request.gpu.memory_bytes / GIB:.1f}' in label

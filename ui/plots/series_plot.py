@@ -47,6 +47,28 @@ def settle_view(item: pg.PlotItem) -> None:
     item.getViewBox().prepareForPaint()
 
 
+def shrinkable_title(item: pg.PlotItem) -> None:
+    """Let the plot be narrower than its title.
+
+    pyqtgraph's ``LabelItem`` makes its text width the title row's minimum, so a long
+    title in a narrow plot widened the whole plot past its widget and cut off the right
+    axis (the MFU axis at 1024 px); the title is then clipped instead.
+    """
+    label = item.titleLabel
+
+    def update_min() -> None:
+        height = label.itemRect().height()
+        label.setMinimumWidth(0)
+        label.setMinimumHeight(height)
+        label._sizeHint = {
+            Qt.SizeHint.MinimumSize: (0, height), Qt.SizeHint.PreferredSize: (0, height),
+            Qt.SizeHint.MaximumSize: (-1, -1), Qt.SizeHint.MinimumDescent: (0, 0)}
+        label.updateGeometry()
+
+    label.updateMin = update_min
+    update_min()
+
+
 def add_light_grid(item: pg.PlotItem) -> None:
     """A light background grid.
 
@@ -84,6 +106,12 @@ class _Series:
         self.highlighted: tuple[float, float] | None = None
         self.marked: tuple[float, str] | None = None
         self.x_label = item.getAxis('bottom').labelText
+        # without points: no stale ranges or ticks, a line in the middle saying why
+        self.note = pg.LabelItem(translate('SeriesPlot', 'no plan to show'), color='#757575')
+        self.note.setParentItem(item.getViewBox())
+        self.note.anchor(itemPos=(0.5, 0.5), parentPos=(0.5, 0.5))
+        self.note.setVisible(False)
+        self.empty: bool | None = None  # whether the note is shown (None: not yet decided)
 
     def set_data(self, x, y, on_curve=None) -> bool:
         """Replace the points; False when they are already drawn (nothing to repaint).
@@ -99,12 +127,26 @@ class _Series:
                     else np.asarray(on_curve, bool))[ok]
         x, y = x[ok], y[ok]
         if (np.array_equal(x, self.x) and np.array_equal(y, self.y)
-                and np.array_equal(on_curve, self.on_curve)):
+                and np.array_equal(on_curve, self.on_curve) and self.empty is not None):
             return False
         self.x, self.y, self.on_curve = x, y, on_curve
         self.curve.setData(x[on_curve], y[on_curve])
+        self._show_empty(not x.size)
         self.fit_view()
         return True
+
+    def _show_empty(self, empty: bool) -> None:
+        if empty == self.empty:
+            return
+        self.empty = empty
+        self.note.setVisible(empty)
+        for name in ('left', 'bottom', 'right'):
+            axis = self.item.getAxis(name)
+            axis.setStyle(showValues=not empty)
+        if empty:
+            self.set_marker(None)
+            self.set_highlight(None, None)
+            self.item.getViewBox().setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
 
     def fit_view(self) -> None:
         """Show every point (explicit ranges: auto-range lags behind linked axes)."""
@@ -135,6 +177,7 @@ class _Series:
         self.marked = shown
         if shown is None:
             self.marker.setVisible(False)
+            self.item.setLabel('bottom', self.x_label)  # no dashed line to explain
             return
         log_x = self.item.getViewBox().state['logMode'][0]
         self.marker.setPos(np.log10(shown[0]) if log_x else shown[0])
@@ -166,6 +209,7 @@ class SeriesPlot(pg.PlotWidget):
         super().__init__(parent)
         item = self.getPlotItem()
         item.setTitle(title)
+        shrinkable_title(item)
         item.setLabel('bottom', x_label)
         item.setLabel('left', y_label)
         add_light_grid(item)

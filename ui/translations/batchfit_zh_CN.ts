@@ -33,8 +33,60 @@ The details are in the log folder:
         <translation>GPU {u}</translation>
     </message>
     <message>
-        <source>CPU (a quick check, not a GPU profile)</source>
-        <translation>CPU（仅作快速检查，不生成 GPU 校准配置）</translation>
+        <source>Done</source>
+        <translation>完成</translation>
+    </message>
+    <message>
+        <source>Cancelled</source>
+        <translation>已取消</translation>
+    </message>
+    <message>
+        <source>torch or numpy is missing</source>
+        <translation>缺少 torch 或 numpy</translation>
+    </message>
+    <message>
+        <source>no usable CUDA device</source>
+        <translation>没有可用的 CUDA 设备</translation>
+    </message>
+    <message>
+        <source>out of memory</source>
+        <translation>内存不足</translation>
+    </message>
+    <message>
+        <source>the model does not fit</source>
+        <translation>模型放不下</translation>
+    </message>
+    <message>
+        <source>an input was refused</source>
+        <translation>有输入被拒绝</translation>
+    </message>
+    <message>
+        <source>timed out</source>
+        <translation>超时</translation>
+    </message>
+    <message>
+        <source>the calibration failed</source>
+        <translation>校准失败</translation>
+    </message>
+    <message>
+        <source>about {n:.0f} s</source>
+        <translation>约 {n:.0f} 秒</translation>
+    </message>
+    <message>
+        <source>about {n:.0f} min</source>
+        <translation>约 {n:.0f} 分钟</translation>
+    </message>
+    <message>
+        <source>about {n:.1f} h</source>
+        <translation>约 {n:.1f} 小时</translation>
+    </message>
+    <message>
+        <source>CPU: quick check (a few tokens, under a minute on 2 cores)</source>
+        <translation>CPU：快速检查（少量 token，2 核上不到一分钟）</translation>
+    </message>
+    <message>
+        <source>CPU: full calibration (not a GPU profile)</source>
+        <translation>CPU：完整校准（不生成 GPU 校准配置）</translation>
     </message>
     <message>
         <source>device</source>
@@ -61,6 +113,26 @@ The details are in the log folder:
         <translation>尚未开始。</translation>
     </message>
     <message>
+        <source>quantity</source>
+        <translation>项目</translation>
+    </message>
+    <message>
+        <source>micro-batch × sequence</source>
+        <translation>微批次 × 序列长度</translation>
+    </message>
+    <message>
+        <source>measured</source>
+        <translation>实测</translation>
+    </message>
+    <message>
+        <source>batchfit predicts</source>
+        <translation>batchfit 预测</translation>
+    </message>
+    <message>
+        <source>difference</source>
+        <translation>差异</translation>
+    </message>
+    <message>
         <source>Start</source>
         <translation>开始</translation>
     </message>
@@ -73,6 +145,30 @@ The details are in the log folder:
         <translation>关闭</translation>
     </message>
     <message>
+        <source>The quick check times a few tokens on the CPU and then says how long a full calibration would take.</source>
+        <translation>快速检查在 CPU 上对少量 token 计时，然后告诉你完整校准需要多长时间。</translation>
+    </message>
+    <message>
+        <source>A full CPU calibration at sequence {s} takes {t} here (estimated from the quick check).</source>
+        <translation>在本机上以序列长度 {s} 做完整 CPU 校准需要{t}（根据快速检查估算）。</translation>
+    </message>
+    <message>
+        <source>A full CPU calibration can take many minutes: run the quick check first to see how long.</source>
+        <translation>完整 CPU 校准可能需要很多分钟：请先运行快速检查以了解所需时间。</translation>
+    </message>
+    <message>
+        <source>{p} does not run: enter the path of a Python 3.10 or later that has torch.</source>
+        <translation>{p} 无法运行：请填写已安装 torch 的 Python 3.10 或更高版本的路径。</translation>
+    </message>
+    <message>
+        <source>{p} lacks {m}. Install with:
+{cmd}
+or enter another Python above.</source>
+        <translation>{p} 缺少 {m}。安装命令：
+{cmd}
+或在上方填写另一个 Python。</translation>
+    </message>
+    <message>
         <source>No Python with torch found: run &quot;pip install torch&quot; in a Python 3.10 or later, then enter that python above.</source>
         <translation>未找到安装了 torch 的 Python：请在 Python 3.10 或更高版本中运行 &quot;pip install torch&quot;，然后在上方填写该 python 的路径。</translation>
     </message>
@@ -81,15 +177,51 @@ The details are in the log folder:
         <translation>正在启动…</translation>
     </message>
     <message>
-        <source>Profile saved to {p}</source>
-        <translation>校准配置已保存到 {p}</translation>
+        <source>Profile saved to {p}, but it cannot be read back: {e}</source>
+        <translation>校准配置已保存到 {p}，但无法读回：{e}</translation>
+    </message>
+    <message>
+        <source>step time (s)</source>
+        <translation>单步耗时 (s)</translation>
+    </message>
+    <message>
+        <source>peak memory (GiB)</source>
+        <translation>峰值内存 (GiB)</translation>
+    </message>
+    <message>
+        <source>Applied: plans for this GPU now use it.</source>
+        <translation>已应用：此 GPU 的方案现在使用该配置。</translation>
+    </message>
+    <message>
+        <source>A CPU profile is not applied to GPU plans.</source>
+        <translation>CPU 校准配置不会用于 GPU 方案。</translation>
+    </message>
+    <message>
+        <source>Done in {t:.0f} s. Profile saved to {p}. {applied}</source>
+        <translation>用时 {t:.0f} 秒完成。校准配置已保存到 {p}。{applied}</translation>
     </message>
 </context>
 <context>
     <name>CandidateTableModel</name>
     <message>
-        <source>Rank by time-to-train (near-ties go to the simpler layout)</source>
-        <translation>按训练时长排名（时长相近时，更简单的布局排在前面）</translation>
+        <source>time-to-train</source>
+        <translation>训练时长</translation>
+    </message>
+    <message>
+        <source>cost (GPU-hours)</source>
+        <translation>成本（GPU 小时）</translation>
+    </message>
+    <message>
+        <source>fewest GPUs</source>
+        <translation>GPU 最少</translation>
+    </message>
+    <message>
+        <source>most memory headroom</source>
+        <translation>显存余量最大</translation>
+    </message>
+    <message>
+        <source>Rank by the chosen order (near-ties go to the simpler layout). With one row per near-duplicate group, the ranks of the hidden near-duplicates are skipped (1, 3, 5…)</source>
+        <translation>按所选顺序排名（相差极小时较简单的布局优先）。每组近似重复方案只显示一行时，被隐藏方案的名次会跳过（1、3、5…）</translation>
     </message>
     <message>
         <source>stack</source>
@@ -1019,6 +1151,17 @@ The details are in the log folder:
     </message>
 </context>
 <context>
+    <name>EmptyState</name>
+    <message>
+        <source>Nearest changes that give a plan:</source>
+        <translation>最接近的可行改动：</translation>
+    </message>
+    <message>
+        <source>No single change checked here gives a plan: try a smaller model, a shorter sequence, or a GPU with more memory.</source>
+        <translation>这里检查过的单项改动都无法得到可行方案：请尝试更小的模型、更短的序列，或显存更大的 GPU。</translation>
+    </message>
+</context>
+<context>
     <name>ExportDialog</name>
     <message>
         <source>Export plan #{rank} to a launcher</source>
@@ -1041,12 +1184,59 @@ The details are in the log folder:
         <translation>保存…</translation>
     </message>
     <message>
+        <source>Copied {n} lines to the clipboard</source>
+        <translation>已复制 {n} 行到剪贴板</translation>
+    </message>
+    <message>
         <source>Save</source>
         <translation>保存</translation>
     </message>
     <message>
         <source>Cannot save</source>
         <translation>无法保存</translation>
+    </message>
+    <message>
+        <source>Saved {path}</source>
+        <translation>已保存 {path}</translation>
+    </message>
+</context>
+<context>
+    <name>ExportHints</name>
+    <message>
+        <source>use the {names} tab</source>
+        <translation>改用 {names} 标签页</translation>
+    </message>
+    <message>
+        <source>select a plan whose TP/PP/CP are 1/1/1 (type &quot;1/1/1/&quot; in the table filter)</source>
+        <translation>选择 TP/PP/CP 为 1/1/1 的方案（在表格筛选框中输入“1/1/1/”）</translation>
+    </message>
+    <message>
+        <source>untick ZeRO stages 2 and 3 under Options</source>
+        <translation>在“选项”中取消勾选 ZeRO 阶段 2 和 3</translation>
+    </message>
+    <message>
+        <source>untick ZeRO stage 1 under Options</source>
+        <translation>在“选项”中取消勾选 ZeRO 阶段 1</translation>
+    </message>
+    <message>
+        <source>choose precision {value} under Options</source>
+        <translation>在“选项”中将精度设为 {value}</translation>
+    </message>
+    <message>
+        <source>choose optimizer {value} under Options</source>
+        <translation>在“选项”中将优化器设为 {value}</translation>
+    </message>
+    <message>
+        <source>select a plan whose pipeline stages divide the layers</source>
+        <translation>选择流水线阶段数能整除层数的方案</translation>
+    </message>
+    <message>
+        <source> or </source>
+        <translation>，或</translation>
+    </message>
+    <message>
+        <source>To export it: {hint}.</source>
+        <translation>如需导出：{hint}。</translation>
     </message>
 </context>
 <context>
@@ -1091,6 +1281,30 @@ The details are in the log folder:
 <context>
     <name>GpuPanel</name>
     <message>
+        <source>no GPU found</source>
+        <translation>未找到 GPU</translation>
+    </message>
+    <message>
+        <source>no NVIDIA driver</source>
+        <translation>没有 NVIDIA 驱动</translation>
+    </message>
+    <message>
+        <source>some GPUs were lost</source>
+        <translation>部分 GPU 已丢失</translation>
+    </message>
+    <message>
+        <source>the NVML Python bindings are missing</source>
+        <translation>缺少 NVML 的 Python 绑定</translation>
+    </message>
+    <message>
+        <source>the driver library and kernel module do not match</source>
+        <translation>驱动库与内核模块版本不一致</translation>
+    </message>
+    <message>
+        <source>NVML failed</source>
+        <translation>NVML 出错</translation>
+    </message>
+    <message>
         <source>Reading the local GPUs…</source>
         <translation>正在读取本机 GPU…</translation>
     </message>
@@ -1101,6 +1315,10 @@ The details are in the log folder:
     <message>
         <source>Plan for these GPUs</source>
         <translation>按这些 GPU 进行规划</translation>
+    </message>
+    <message>
+        <source>not readable</source>
+        <translation>无法读取</translation>
     </message>
     <message>
         <source>No NVIDIA GPU here ({status}): {message}</source>
@@ -1682,6 +1900,14 @@ The details are in the log folder:
         <translation>导出表格</translation>
     </message>
     <message>
+        <source>Exported {n:,} rows to {path}</source>
+        <translation>已将 {n:,} 行导出到 {path}</translation>
+    </message>
+    <message>
+        <source>Plans now use the calibration {path}</source>
+        <translation>方案现在使用校准配置 {path}</translation>
+    </message>
+    <message>
         <source># How batchfit estimates
 
 The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</source>
@@ -1713,12 +1939,16 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
         <translation>显存</translation>
     </message>
     <message>
-        <source>capacity {value:.1f} GiB</source>
-        <translation>容量 {value:.1f} GiB</translation>
+        <source>no plan: the smallest peak is {value:.1f} GiB</source>
+        <translation>没有可行方案：最小峰值为 {value:.1f} GiB</translation>
     </message>
     <message>
-        <source>usable {value:.1f} GiB</source>
-        <translation>可用 {value:.1f} GiB</translation>
+        <source>capacity {cap:.1f} GiB · usable {usable:.1f} GiB</source>
+        <translation>容量 {cap:.1f} GiB · 可用 {usable:.1f} GiB</translation>
+    </message>
+    <message>
+        <source>{n} smaller parts {value:.2f}</source>
+        <translation>其余 {n} 项 {value:.2f}</translation>
     </message>
     <message>
         <source>{part}: {value:.2f} GiB (total {total:.2f} GiB)</source>
@@ -1726,7 +1956,42 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
     </message>
 </context>
 <context>
+    <name>NoPlan</name>
+    <message>
+        <source>Nothing fits in GPU memory</source>
+        <translation>GPU 显存放不下任何方案</translation>
+    </message>
+    <message>
+        <source>No layout reaches this global batch exactly</source>
+        <translation>没有布局能恰好达到这个全局批大小</translation>
+    </message>
+    <message>
+        <source>global batch {n:,} sequences ({t:,} tokens)</source>
+        <translation>全局批大小 {n:,} 条序列（{t:,} token）</translation>
+    </message>
+    <message>
+        <source>{n:,} nodes ({g:,} GPUs)</source>
+        <translation>{n:,} 个节点（{g:,} 个 GPU）</translation>
+    </message>
+    <message>
+        <source>allow every ZeRO stage and recompute mode</source>
+        <translation>允许所有 ZeRO 阶段和重计算模式</translation>
+    </message>
+    <message>
+        <source>{name} ({m:.0f} GiB)</source>
+        <translation>{name}（{m:.0f} GiB）</translation>
+    </message>
+</context>
+<context>
     <name>ResultsView</name>
+    <message>
+        <source>rank by</source>
+        <translation>排序依据</translation>
+    </message>
+    <message>
+        <source>The order of the # column, as the command line&apos;s --sort</source>
+        <translation># 列的顺序，与命令行的 --sort 相同</translation>
+    </message>
     <message>
         <source>filter (e.g. &quot;selective&quot;, &quot;2/1/1&quot;)</source>
         <translation>筛选（如“选择性”、“2/1/1”）</translation>
@@ -1747,9 +2012,33 @@ The documentation is at https://github.com/batchfit/batchfit/tree/main/docs.</so
         <source>Only plans no other beats on both time-to-train and GPU-hours</source>
         <translation>只显示在训练时长和 GPU 小时上不会被其他方案同时超越的方案</translation>
     </message>
+    <message>
+        <source>hide near-duplicates</source>
+        <translation>隐藏近似重复</translation>
+    </message>
+    <message>
+        <source>One row per group of plans with the same GPUs, TP, PP, ZeRO stage and recompute whose step times are within 0.1 % (they only trade CP against micro-batch, or DP against accumulation); the # column keeps the full ranking, so hidden ranks are skipped</source>
+        <translation>GPU 数、TP、PP、ZeRO 阶段和重计算相同且步时相差不到 0.1 % 的方案只显示一行（它们只是用 CP 换微批次，或用 DP 换梯度累积）；# 列保留完整排名，因此被隐藏的名次会跳过</translation>
+    </message>
+    <message>
+        <source>showing {n:,} of {total:,}</source>
+        <translation>显示 {n:,} / {total:,}</translation>
+    </message>
+    <message>
+        <source>{n:,} near-duplicates hidden</source>
+        <translation>已隐藏 {n:,} 个近似重复</translation>
+    </message>
+    <message>
+        <source>{n:,} hidden by the filters</source>
+        <translation>筛选隐藏了 {n:,} 个</translation>
+    </message>
 </context>
 <context>
     <name>SeriesPlot</name>
+    <message>
+        <source>no plan to show</source>
+        <translation>没有可显示的方案</translation>
+    </message>
     <message>
         <source>{axis}  (dashed: {marker})</source>
         <translation>{axis}（虚线：{marker}）</translation>

@@ -37,7 +37,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from planner.errors import InputError
 from ui.core_terms import core_text
+from ui.export_hints import refusal_text
 from ui.i18n import translate
 
 if TYPE_CHECKING:
@@ -75,7 +77,6 @@ class ExportDialog(QDialog):
 
     def __init__(self, outcome: PlanOutcome, c: Candidate, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        from planner.errors import InputError
         from planner.export import EXPORTERS, export_plan
         from ui.plan_document import plan_for
 
@@ -88,6 +89,7 @@ class ExportDialog(QDialog):
         self.texts: dict[str, str] = {}
         self._highlighters: list[_Highlighter] = []  # kept alive with their documents
         self.errors: dict[str, str] = {}
+        self.done_labels: dict[str, QLabel] = {}
         try:
             plan = plan_for(outcome, c)  # what File › Save plan writes
         except InputError as exc:
@@ -104,8 +106,9 @@ class ExportDialog(QDialog):
                     raise InputError('--format', translate('ExportDialog', 'no plan'))
                 result = export_plan(plan, name)
             except InputError as exc:
-                self.errors[name] = str(exc)
-                message = QLabel(translate('ExportDialog', 'Not exported: {e}').format(e=exc))
+                self.errors[name] = refusal_text(exc)
+                message = QLabel(translate('ExportDialog', 'Not exported: {e}').format(
+                    e=self.errors[name]))
                 message.setWordWrap(True)
                 message.setStyleSheet('color: #c62828;')
                 page_layout.addWidget(message)
@@ -125,12 +128,16 @@ class ExportDialog(QDialog):
                 notes.setStyleSheet('color: #ef6c00;')
                 page_layout.addWidget(notes)
             row = QHBoxLayout()
-            row.addStretch(1)
+            done = QLabel()  # says what Copy or Save did
+            done.setObjectName(f'done_{name}')
+            done.setStyleSheet('color: #2e7d32;')
+            self.done_labels[name] = done
+            row.addWidget(done, 1)
             copy = QPushButton(translate('ExportDialog', 'Copy'))
-            copy.clicked.connect(lambda _=False, t=result.text: QGuiApplication.clipboard()
-                                 .setText(t))
+            copy.clicked.connect(lambda _=False, t=result.text, d=done: self._copy(t, d))
             save = QPushButton(translate('ExportDialog', 'Save…'))
-            save.clicked.connect(lambda _=False, r=result: self._save(r.text, r.filename))
+            save.clicked.connect(lambda _=False, r=result, d=done: self._save(r.text,
+                                                                              r.filename, d))
             row.addWidget(copy)
             row.addWidget(save)
             page_layout.addLayout(row)
@@ -139,16 +146,30 @@ class ExportDialog(QDialog):
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
 
-    def _save(self, text: str, filename: str) -> None:
+    def _copy(self, text: str, done: QLabel) -> None:
+        QGuiApplication.clipboard().setText(text)
+        done.setText(translate('ExportDialog', 'Copied {n} lines to the clipboard').format(
+            n=text.count('\n')))
+
+    def _save(self, text: str, filename: str, done: QLabel | None = None) -> None:
         path, _ = QFileDialog.getSaveFileName(self, translate('ExportDialog', 'Save'), filename)
-        if not path:
-            return
+        if path:
+            self.save_text(text, path, done)
+
+    def save_text(self, text: str, path: str, done: QLabel | None = None) -> bool:
+        """Write ``text`` to ``path`` atomically (scripts executable) and say so."""
+        from planner.planfile.document import write_text_atomic
+
         try:
-            Path(path).write_text(text, encoding='utf-8')
-            if re.search(r'\.(sh|bash)$', path):
+            write_text_atomic(path, text)
+            if re.search(r'\.(sh|bash|sbatch)$', path):
                 Path(path).chmod(0o755)
-        except OSError as exc:
+        except (OSError, InputError) as exc:
             QMessageBox.warning(self, translate('ExportDialog', 'Cannot save'), str(exc))
+            return False
+        if done is not None:
+            done.setText(translate('ExportDialog', 'Saved {path}').format(path=path))
+        return True
 
 
 if __name__ == '__main__':
@@ -159,4 +180,5 @@ if __name__ == '__main__':
 
     app = QApplication([])
     o = compute_plan(PlanInputs())
-    ExportDialog(o, o.candidates[0]).exec()
+    assert o.best is not None
+    ExportDialog(o, o.best).exec()

@@ -22,12 +22,24 @@ from PySide6.QtWidgets import (
 
 from planner.units import GIB
 from ui.core_terms import core_text
-from ui.i18n import translate
+from ui.i18n import QT_TRANSLATE_NOOP, translate
 
 if TYPE_CHECKING:
     from planner.hardware.local import HardwareInventory
 
 
+
+
+# HardwareInventory.status codes (planner.hardware.local.inventory), said in words
+STATUS_WORDS: dict[str, str] = {
+    'ok': QT_TRANSLATE_NOOP('GpuPanel', 'no GPU found'),
+    'no_driver': QT_TRANSLATE_NOOP('GpuPanel', 'no NVIDIA driver'),
+    'partial': QT_TRANSLATE_NOOP('GpuPanel', 'some GPUs were lost'),
+    'no_bindings': QT_TRANSLATE_NOOP('GpuPanel', 'the NVML Python bindings are missing'),
+    'driver_mismatch': QT_TRANSLATE_NOOP('GpuPanel', 'the driver library and kernel module '
+                                                     'do not match'),
+    'error': QT_TRANSLATE_NOOP('GpuPanel', 'NVML failed'),
+}
 
 
 class GpuPanel(QWidget):
@@ -82,9 +94,11 @@ class GpuPanel(QWidget):
         self.catalog_button.setVisible(not has)
         self.local_button.setVisible(has)
         if not has:
+            reason = translate('GpuPanel', STATUS_WORDS[inv.status]) if inv.status in \
+                STATUS_WORDS else translate('GpuPanel', 'not readable')
             self.status_label.setText(
                 translate('GpuPanel', 'No NVIDIA GPU here ({status}): {message}').format(
-                    status=inv.status, message=core_text(inv.message)))
+                    status=reason, message=core_text(inv.message)))
             self._ensure_rows(0)
             return
         driver = translate('GpuPanel', ' · driver {version}').format(
