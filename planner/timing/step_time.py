@@ -116,7 +116,7 @@ class LayoutArrays:
     def __len__(self) -> int:
         return int(np.size(self.tp))
 
-    def take(self, rows: np.ndarray) -> LayoutArrays:
+    def take(self, rows: np.ndarray | slice) -> LayoutArrays:
         """The candidates at ``rows`` (flat arrays)."""
         shape = np.shape(self.tp)
         return LayoutArrays(**{f.name: np.broadcast_to(getattr(self, f.name), shape)[rows]
