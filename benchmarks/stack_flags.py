@@ -152,7 +152,7 @@ def cli_flags(kwargs: dict[str, Any]) -> str:
         gpus *= int(kwargs.get(key, 1))
     parts = [f'--gpus-per-node {gpus}']  # the CLI takes the GPU count; dp follows from it
     for key, value in kwargs.items():
-        if key == 'dp':
+        if key == 'dp' or value == '':  # '' is the default: the stack's own
             continue
         parts.append(f'--{names.get(key, key.replace("_", "-"))} {value}')
     return ' '.join(parts)
