@@ -70,6 +70,13 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'pp comm'),
     QT_TRANSLATE_NOOP('Core', 'dp comm'),
     QT_TRANSLATE_NOOP('Core', 'ep comm'),
+    # each stack's own words for its recompute modes (planner.stacks catalog)
+    QT_TRANSLATE_NOOP('Core', 'off'),
+    QT_TRANSLATE_NOOP('Core', 'gradient checkpointing (whole layers)'),
+    QT_TRANSLATE_NOOP('Core', 'activation checkpointing (whole layers)'),
+    QT_TRANSLATE_NOOP('Core', 'selective (op-level SAC)'),
+    QT_TRANSLATE_NOOP('Core', 'selective (core attention)'),
+    QT_TRANSLATE_NOOP('Core', 'full (uniform, every layer)'),
     QT_TRANSLATE_NOOP('Core', 'optimizer'),
     QT_TRANSLATE_NOOP('Core', 'overhead'),
     # planner.timing.step_time.RECOMPUTE_MODES

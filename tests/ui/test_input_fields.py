@@ -173,3 +173,20 @@ def test_batch_sweep_past_the_batch_range_is_a_gap_not_an_error():
     o = compute_plan(PlanInputs(model='gpt2', seq_len=1, batch_value=5 * 10**9))
     assert o.result.fitting
     assert math.isnan(o.by_batch.y[-1])  # x4 = 2e10 sequences: beyond the range
+
+
+def test_a_chosen_stack_shows_its_own_recompute_words(panel):
+    from planner.stacks import STACKS
+
+    combo = panel.framework_combo
+    combo.setCurrentIndex(combo.findData('megatron'))
+    megatron = STACKS['megatron']
+    assert panel.recompute_boxes['selective'].text() == megatron.recompute['selective']
+    assert not panel.zero_boxes[3].isEnabled()  # the distributed optimizer is ZeRO-1
+    combo.setCurrentIndex(combo.findData('hf'))
+    assert not panel.recompute_boxes['selective'].isEnabled()  # whole layers only
+    inputs, _ = panel.read_inputs()
+    assert 'selective' not in inputs.recompute_modes
+    combo.setCurrentIndex(combo.findData(''))
+    assert panel.recompute_boxes['selective'].isEnabled()
+    assert panel.recompute_boxes['selective'].text() == 'selective'

@@ -459,6 +459,30 @@ or enter another Python above.</source>
         <translation>EP 通信</translation>
     </message>
     <message>
+        <source>off</source>
+        <translation>关闭</translation>
+    </message>
+    <message>
+        <source>gradient checkpointing (whole layers)</source>
+        <translation>梯度检查点（整层）</translation>
+    </message>
+    <message>
+        <source>activation checkpointing (whole layers)</source>
+        <translation>激活检查点（整层）</translation>
+    </message>
+    <message>
+        <source>selective (op-level SAC)</source>
+        <translation>选择性（算子级 SAC）</translation>
+    </message>
+    <message>
+        <source>selective (core attention)</source>
+        <translation>选择性（核心注意力）</translation>
+    </message>
+    <message>
+        <source>full (uniform, every layer)</source>
+        <translation>完全（均匀，每层）</translation>
+    </message>
+    <message>
         <source>optimizer</source>
         <translation>优化器</translation>
     </message>

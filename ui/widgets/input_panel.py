@@ -584,11 +584,13 @@ class InputPanel(QScrollArea):
         values['optimizer'] = self.optimizer_combo.currentData()
         values['loop'] = self.loop_combo.currentData()
         values['loss'] = self.loss_combo.currentData() or ''
-        zeros = tuple(z for z, box in self.zero_boxes.items() if box.isChecked())
+        zeros = tuple(z for z, box in self.zero_boxes.items()
+                      if box.isChecked() and box.isEnabled())
         if not zeros:
             errors['--zero'] = translate('InputPanel', 'tick at least one ZeRO stage')
         values['zero_stages'] = zeros
-        modes = tuple(m for m, box in self.recompute_boxes.items() if box.isChecked())
+        modes = tuple(m for m, box in self.recompute_boxes.items()
+                      if box.isChecked() and box.isEnabled())
         if not modes:
             errors['--recompute'] = translate('InputPanel', 'tick at least one recompute mode')
         values['recompute_modes'] = modes
@@ -730,7 +732,22 @@ class InputPanel(QScrollArea):
 
     # ---- slots -----------------------------------------------------------------------
 
+    def _show_stack_choices(self) -> None:
+        """The recompute modes in the chosen stack's own words, and only the ZeRO stages and
+        modes it runs enabled (every one, in generic words, for "any stack")."""
+        from planner.stacks import STACKS
+
+        stack = STACKS.get(self.framework_combo.currentData() or '')
+        for m, box in self.recompute_boxes.items():
+            runs = stack is None or m in stack.recompute
+            box.setEnabled(runs)
+            box.setText(core_text(stack.recompute[m]) if stack is not None and runs
+                        else core_text(m))
+        for z, box in self.zero_boxes.items():
+            box.setEnabled(stack is None or z in stack.zero_stages)
+
     def _edited(self, *_args) -> None:
+        self._show_stack_choices()
         kind = self.length_kind_combo.currentData()
         self._length_form.setRowVisible(self.tokens_edit, kind == 'tokens')
         self._length_form.setRowVisible(self.samples_edit, kind == 'samples')
