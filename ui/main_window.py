@@ -413,6 +413,9 @@ class MainWindow(QMainWindow):
         summary = translate('MainWindow', '{fit:,} of {grid:,} layouts fit · searched in '
                                           '{t:.2f} s').format(fit=r.fitting, grid=r.grid_size,
                                                               t=outcome.elapsed_s)
+        if outcome.calibration is not None:  # which profile the plan used, as the CLI says
+            summary += ' · ' + translate('MainWindow', 'calibrated: {p}').format(
+                p=outcome.calibration.loaded.describe())
         why = outcome.explanation.text if outcome.explanation is not None else r.message
         self.status.setText(summary if r.status == 'ok' else translate(
             'MainWindow', 'No plan: {m}').format(m=why))

@@ -52,9 +52,10 @@ def _app(qtbot, inputs: PlanInputs):
                     and not w.updating and w._guidance is not None, timeout=30_000)
     outcome, guidance = w.outcome, w._guidance
     selected = w.results.selected_candidate()
+    status = w.status.text()
     w._saved_inputs = w.inputs.read_inputs()[0]  # no save prompt
     w.shutdown()
-    return outcome, guidance, selected
+    return outcome, guidance, selected, status
 
 
 @pytest.mark.parametrize('profile', [False, True], ids=['no-profile', 'h100-profile'])
@@ -64,7 +65,7 @@ def test_cli_and_app_agree(qtbot, capsys, profile, lora):
         write_profile(profile_dir(), profile_doc(model=find_preset('llama-3.2-1b')), 'h100.json')
     doc = _cli(capsys, *(LORA_CLI if lora else ()))
     inputs = APP.with_changes(**(LORA_APP if lora else {}))
-    outcome, guidance, selected = _app(qtbot, inputs)
+    outcome, guidance, selected, status = _app(qtbot, inputs)
 
     assert (outcome.result.status, outcome.result.message) == (doc['status'], doc['message'])
     assert outcome.result.fitting == doc['search']['fitting']
@@ -84,6 +85,8 @@ def test_cli_and_app_agree(qtbot, capsys, profile, lora):
         assert 'efficiency' in doc['calibration']['applied']
         assert _plain(outcome.calibration.summary()) == doc['calibration']
         assert outcome.request.calibration is not None
+        assert 'h100.json' in status  # the window names the profile its plan used
     else:
+        assert 'calibrated' not in status
         assert doc['calibration'] is None
         assert outcome.calibration is None

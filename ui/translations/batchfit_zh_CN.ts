@@ -1868,6 +1868,10 @@ or enter another Python above.</source>
         <translation>{grid:,} 种布局中有 {fit:,} 种放得下 · 搜索耗时 {t:.2f} s</translation>
     </message>
     <message>
+        <source>calibrated: {p}</source>
+        <translation>已校准：{p}</translation>
+    </message>
+    <message>
         <source>No plan: {m}</source>
         <translation>没有可行方案：{m}</translation>
     </message>
