@@ -69,9 +69,6 @@ def predict(run: dict[str, Any], flags: str) -> dict[str, Any]:
         spec = model_spec(run['model'])
     except InputError as exc:
         return {**out, 'unreachable': f'no model: {exc}'}
-    if run.get('ep', 1) > 1:
-        return {**out, 'unreachable': f'expert parallelism (EP {run["ep"]}) is not a search '
-                                      'axis on main'}
     kwargs = published_flags(run, flags)
     gpu = find_gpu(run['gpu'])
     if run.get('gpu_memory_gib'):  # the source's device where the catalog's differs
@@ -84,6 +81,7 @@ def predict(run: dict[str, Any], flags: str) -> dict[str, Any]:
         tp=(run['tp'],), pp=(run['pp'],), cp=(run['cp'],), gpus=(run['gpus'],),
         vpp=(run['vpp'],) if run.get('vpp') else (),
         micro_batch=(run['micro_batch'],) if run.get('micro_batch') else (),
+        ep=(run.get('ep', 1),),
         min_tokens_per_cp_rank=1, uneven_pipeline=True)
     nodes = max(1, run['gpus'] // 8)
     fits = True
