@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PySide6.QtCore import (
-    QT_TRANSLATE_NOOP,
     QAbstractTableModel,
     QModelIndex,
+    QModelRoleData,
     QModelRoleDataSpan,
     QPersistentModelIndex,
     Qt,
@@ -36,7 +36,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QBrush, QColor
 
 from ui.core_terms import core_text
-from ui.i18n import translate
+from ui.i18n import QT_TRANSLATE_NOOP, translate
 
 if TYPE_CHECKING:
     from planner.plans.result import Candidate, SearchResult
@@ -106,6 +106,7 @@ class CandidateArrays:
     def total_bytes(self) -> np.ndarray:
         """Per-GPU peak of each candidate."""
         memory = self.result.memory
+        assert memory is not None  # a fitting result keeps its memory rows
         rows = np.asarray(self.result.memory_rows)
         total = np.asarray(memory.total_bytes, float)
         return (np.broadcast_to(total, (rows.max() + 1,))[rows] if total.ndim
@@ -451,6 +452,7 @@ class CandidateTableModel(QAbstractTableModel):
     def _text_matches(self) -> np.ndarray:
         """Candidates where a searchable column's text contains the filter text."""
         a = self._arrays
+        assert a is not None  # filtering runs only on a result with candidates
         mask = np.zeros(a.size, bool)
         for c, col in enumerate(COLUMNS):
             if not col.searchable:
@@ -461,7 +463,7 @@ class CandidateTableModel(QAbstractTableModel):
             hits = np.fromiter(
                 (self._text_filter in col.text(col.raw(a, self._rank, int(i), values)).lower()
                  or self._text_filter in str(col.raw(a, self._rank, int(i), values)).lower()
-                 for i in first), bool, count=uniques.size)
+                 for i in first), np.bool_, count=uniques.size)
             mask |= hits[inverse.reshape(-1)]
         return mask
 
@@ -487,6 +489,7 @@ class CandidateTableModel(QAbstractTableModel):
         texts = self._texts.get(row)
         if texts is None:
             a, i = self._arrays, int(self._order[row])
+            assert a is not None  # rows exist only with candidates
             texts = self._texts[row] = [
                 col.text(col.raw(a, self._rank, i, self.column_values(c)))
                 for c, col in enumerate(COLUMNS)]
@@ -518,9 +521,11 @@ class CandidateTableModel(QAbstractTableModel):
         return None
 
     def multiData(self, index: QModelIndex | QPersistentModelIndex,  # noqa: N802
-                  roles: QModelRoleDataSpan) -> None:
+                  roles: QModelRoleDataSpan | QModelRoleData) -> None:
         """Every role a delegate asks of a cell, in one call (Qt 6's batched ``data``)."""
-        for item in roles:
+        # a span iterates its QModelRoleData; PySide6's stub lacks its __iter__
+        items = [roles] if isinstance(roles, QModelRoleData) else roles
+        for item in items:  # type: ignore[union-attr]
             value = self.data(index, item.role())
             if value is None:
                 item.clearData()
