@@ -145,6 +145,17 @@ class MainWindow(QMainWindow):
         self.plots = {'memory': self.memory_plot, 'time_vs_gpus': self.gpus_plot,
                       'time_vs_batch': self.batch_plot, 'micro_batch': self.micro_plot}
 
+        self._build_central()
+        self._build_docks()
+        self._build_status_bar()
+        self._build_menus()
+        self._connect()
+        self._restore_session(restore)
+        if poll_hardware:
+            self.hardware.start()
+
+    def _build_central(self) -> None:
+        """The table above the four plots, in a vertical splitter."""
         plots = QWidget()
         grid = QGridLayout(plots)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -161,6 +172,9 @@ class MainWindow(QMainWindow):
         split.setSizes([330, 570])
         self.splitter = split
         self.setCentralWidget(split)
+
+    def _build_docks(self) -> None:
+        """Inputs and local GPUs on the left (tabbed), the selected plan on the right."""
         left, right = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
         self.input_dock = self._dock(translate('MainWindow', 'Inputs'), 'inputs_dock',
                                      self.inputs, left)
@@ -183,6 +197,8 @@ class MainWindow(QMainWindow):
                          Qt.Orientation.Horizontal)
         self._default_state = self.saveState()
 
+    def _build_status_bar(self) -> None:
+        """The status text and a busy bar shown only when a recompute takes a while."""
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
         self.busy.setMaximumWidth(120)
@@ -197,9 +213,9 @@ class MainWindow(QMainWindow):
         self.status.setObjectName('status_text')
         self.statusBar().addWidget(self.status, 1)
         self.statusBar().addPermanentWidget(self.busy)
-        self._build_menus()
 
-        # wiring
+    def _connect(self) -> None:
+        """Inputs, controllers, table and panels wired to the window's slots."""
         self.inputs.changed.connect(self._inputs_changed)
         self.controller.outcome_ready.connect(self._show_outcome)
         self._stages.finished.connect(self._shown)
@@ -214,7 +230,8 @@ class MainWindow(QMainWindow):
         self.gpu_panel.use_catalog.connect(self._use_catalog)
         self.gpu_panel.use_local.connect(self._use_local)
 
-        # state
+    def _restore_session(self, restore: bool) -> None:
+        """The last window state and inputs (when ``restore``), then the first plan."""
         s = app_settings.settings()
         app_settings.migrate(s)
         restored = False
@@ -234,8 +251,6 @@ class MainWindow(QMainWindow):
         current = self.current_inputs()
         if current is not None:
             self.controller.compute_now(current)
-        if poll_hardware:
-            self.hardware.start()
 
     # ---- building --------------------------------------------------------------------
 
