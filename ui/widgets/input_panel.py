@@ -202,6 +202,55 @@ class InputPanel(QScrollArea):
         self._warnings: dict[str, str] = {}
         self._local_count = 0
 
+        self._build_model_group(layout)
+        self._build_batch_and_training_length_group(layout)
+        self._build_hardware_group(layout)
+        self._build_options_group(layout)
+
+        self.error_label = QLabel()
+        self.error_label.setObjectName('error_label')
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet('color: #c62828;')
+        layout.addWidget(self.error_label)
+        layout.addStretch(1)
+        self.setWidget(body)
+
+        self._flag_widgets: dict[str, QWidget] = {
+            '--model': self.model_edit, '--seq-len': self.seq_len_edit,
+            '--global-batch': self.batch_edit, '--global-batch-tokens': self.batch_edit,
+            '--tokens': self.tokens_edit, '--samples': self.samples_edit,
+            '--epochs': self.epochs_edit, '--gpu': self.gpu_combo, '--nodes': self.nodes_spin,
+            '--gpus-per-node': self.gpus_per_node_spin, '--inter-node': self.inter_node_combo,
+            '--precision': self.precision_combo, '--optimizer': self.optimizer_combo,
+            '--framework': self.framework_combo,
+            '--zero': self.zero_row, '--recompute': self.recompute_row,
+            '--margin': self.margin_spin, '--price': self.price_edit,
+            '--base-lr': self.base_lr_edit, '--base-batch': self.base_batch_edit,
+            '--b-noise': self.b_noise_edit, '--lora-rank': self.lora_rank_spin,
+            '--lora-targets': self.lora_targets_combo, '--qlora': self.tuning_combo,
+            '--loop': self.loop_combo, '--loss': self.loss_combo,
+        }
+        self.set_inputs(PlanInputs())
+        for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
+                     self.samples_edit, self.epochs_edit, self.price_edit, self.base_lr_edit,
+                     self.base_batch_edit, self.b_noise_edit, self.nodes_spin,
+                     self.gpus_per_node_spin, self.margin_spin, self.lora_rank_spin):
+            edit.textChanged.connect(self._edited)
+        self._batch_unit = self.batch_unit_combo.currentData()
+        self.batch_unit_combo.currentIndexChanged.connect(self._batch_unit_changed)
+        for combo in (self.length_kind_combo, self.gpu_combo,
+                      self.inter_node_combo, self.precision_combo, self.optimizer_combo,
+                      self.tuning_combo, self.lora_targets_combo, self.loop_combo,
+                      self.loss_combo, self.framework_combo):
+            combo.currentIndexChanged.connect(self._edited)
+        for check in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
+            check.toggled.connect(self._edited)
+        self.gpu_combo.currentIndexChanged.connect(self._gpu_picked)
+
+    # ---- building --------------------------------------------------------------------
+
+    def _build_model_group(self, layout: QVBoxLayout) -> None:
+        """The "Model" group of fields."""
         # model
         box, form = self._group(translate('InputPanel', 'Model'))
         self.model_edit = QLineEdit()
@@ -230,6 +279,8 @@ class InputPanel(QScrollArea):
                                        'seq_len', TIPS['seq_len'])
         layout.addWidget(box)
 
+    def _build_batch_and_training_length_group(self, layout: QVBoxLayout) -> None:
+        """The "Batch and training length" group of fields."""
         # batch and length
         box, form = self._group(translate('InputPanel', 'Batch and training length'))
         self.batch_edit = QLineEdit()
@@ -259,6 +310,8 @@ class InputPanel(QScrollArea):
         self._length_form = form
         layout.addWidget(box)
 
+    def _build_hardware_group(self, layout: QVBoxLayout) -> None:
+        """The "Hardware" group of fields."""
         # hardware
         box, form = self._group(translate('InputPanel', 'Hardware'))
         self.gpu_combo = QComboBox()
@@ -283,6 +336,8 @@ class InputPanel(QScrollArea):
         layout.addWidget(box)
         self._fill_gpu_combo()
 
+    def _build_options_group(self, layout: QVBoxLayout) -> None:
+        """The "Options" group of fields."""
         # options: the keys are the CLI's values; their descriptions are item tooltips
         box, form = self._group(translate('InputPanel', 'Options'))
         self.framework_combo = QComboBox()
@@ -354,48 +409,6 @@ class InputPanel(QScrollArea):
         self.b_noise_edit = self._line(form, translate('InputPanel', 'B_noise (tokens)'),
                                        'b_noise', TIPS['b_noise'])
         layout.addWidget(box)
-
-        self.error_label = QLabel()
-        self.error_label.setObjectName('error_label')
-        self.error_label.setWordWrap(True)
-        self.error_label.setStyleSheet('color: #c62828;')
-        layout.addWidget(self.error_label)
-        layout.addStretch(1)
-        self.setWidget(body)
-
-        self._flag_widgets: dict[str, QWidget] = {
-            '--model': self.model_edit, '--seq-len': self.seq_len_edit,
-            '--global-batch': self.batch_edit, '--global-batch-tokens': self.batch_edit,
-            '--tokens': self.tokens_edit, '--samples': self.samples_edit,
-            '--epochs': self.epochs_edit, '--gpu': self.gpu_combo, '--nodes': self.nodes_spin,
-            '--gpus-per-node': self.gpus_per_node_spin, '--inter-node': self.inter_node_combo,
-            '--precision': self.precision_combo, '--optimizer': self.optimizer_combo,
-            '--framework': self.framework_combo,
-            '--zero': self.zero_row, '--recompute': self.recompute_row,
-            '--margin': self.margin_spin, '--price': self.price_edit,
-            '--base-lr': self.base_lr_edit, '--base-batch': self.base_batch_edit,
-            '--b-noise': self.b_noise_edit, '--lora-rank': self.lora_rank_spin,
-            '--lora-targets': self.lora_targets_combo, '--qlora': self.tuning_combo,
-            '--loop': self.loop_combo, '--loss': self.loss_combo,
-        }
-        self.set_inputs(PlanInputs())
-        for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
-                     self.samples_edit, self.epochs_edit, self.price_edit, self.base_lr_edit,
-                     self.base_batch_edit, self.b_noise_edit, self.nodes_spin,
-                     self.gpus_per_node_spin, self.margin_spin, self.lora_rank_spin):
-            edit.textChanged.connect(self._edited)
-        self._batch_unit = self.batch_unit_combo.currentData()
-        self.batch_unit_combo.currentIndexChanged.connect(self._batch_unit_changed)
-        for combo in (self.length_kind_combo, self.gpu_combo,
-                      self.inter_node_combo, self.precision_combo, self.optimizer_combo,
-                      self.tuning_combo, self.lora_targets_combo, self.loop_combo,
-                      self.loss_combo, self.framework_combo):
-            combo.currentIndexChanged.connect(self._edited)
-        for check in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
-            check.toggled.connect(self._edited)
-        self.gpu_combo.currentIndexChanged.connect(self._gpu_picked)
-
-    # ---- building --------------------------------------------------------------------
 
     def _group(self, title: str) -> tuple[QGroupBox, QFormLayout]:
         box = QGroupBox(title)
