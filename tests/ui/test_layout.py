@@ -101,3 +101,18 @@ def test_copy_and_save_confirm(qtbot, window, tmp_path):
     assert str(path) in done.text()
     assert path.read_text() == dialog.texts[name]
     dialog.close()
+
+
+def test_a_wide_window_does_not_stretch_the_last_column(qtbot, window):
+    window.resize(3840, 2160)
+    qtbot.waitUntil(lambda: window.width() == 3840, timeout=5_000)
+    window.layout().activate()
+    qtbot.wait(50)
+    table = window.results.table
+    assert table.model().rowCount() > 0
+    last = table.model().columnCount() - 1
+    header = table.horizontalHeader()
+    wanted = max(table.sizeHintForColumn(last), header.sectionSizeHint(last))
+    # sized to its contents, not to the table's spare width
+    assert header.sectionSize(last) <= wanted + 8
+    assert table.viewport().width() > header.length()

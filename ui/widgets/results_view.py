@@ -99,7 +99,9 @@ class ResultsView(QWidget):
         self.table.verticalHeader().setVisible(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        header.setStretchLastSection(True)
+        # No stretched last column: on a wide screen the space is left blank to the right
+        # (as in a spreadsheet) rather than widening one column far past its contents.
+        header.setStretchLastSection(False)
         # Column widths from the rows on screen (and the header); the rows below are
         # formatted alike, and the columns stay resizable.
         header.setResizeContentsPrecision(0)
