@@ -257,13 +257,16 @@ def published_flags(run: dict[str, Any], flags: str | None = None) -> dict[str, 
     megatron = stack == 'megatron'
     zero = 3 if run.get('dp_shard') else (1 if megatron else 0)  # part of the layout
     if flags == 'target':
-        # torchtitan's op-level SAC is the torchtitan stack's 'selective'; compile and
-        # async TP have no flag yet (not modelled), so those runs are compared without them
+        # torchtitan's op-level SAC is the torchtitan stack's 'selective'; its float8
+        # converter is its 'fp8' (the fsdp-fp8 recipe), torch.compile and async TP its
+        # --compile and --async-tp switches
         recompute = 'selective' if run['recompute'] == 'selective-op' else run['recompute']
         out: dict[str, Any] = {'framework': stack, 'recompute_modes': (recompute,),
                                'attention': attention, 'zero_stages': (zero,)}
         if run['precision'] == 'fp8':
             out['precision'] = 'fp8'
+        if stack == 'torchtitan':
+            out.update(compile=bool(run.get('compile')), async_tp=bool(run.get('async_tp')))
         return out
     precision = ('fp8' if run['precision'] == 'fp8'
                  else 'bf16-mixed' if megatron else 'amp-bf16')

@@ -43,6 +43,14 @@ class PrecisionRecipe:
         accum_buffer_bytes: a full-size gradient accumulation buffer the optimizer keeps
             with ZeRO 0-1 (DeepSpeed's BF16_Optimizer with ``grad_accum_dtype`` fp32:
             deepspeedai/DeepSpeed deepspeed/runtime/bf16_optimizer.py).
+        float8_linears: torchao ``Float8Linear`` (torchtitan's ``quantize.linear.float8``
+            converter, tensorwise scaling): the layers' linear GEMMs run on the fp8 tensor
+            cores with dynamic casts around them; the output head stays bf16
+            (``filter_fqns = ["output"]``). Timed by ``planner.timing.stack_speed``; its
+            memory is the bf16 recipe's (``Float8Linear`` saves its bf16 input and weight
+            for backward: pytorch/ao torchao/float8/float8_linear.py).
+        float8_all_gather: FSDP2 gathers the converted weights in fp8 (1 B instead of
+            ``gather_bytes``; torchao's ``enable_fsdp_float8_all_gather``).
     """
 
     key: str
@@ -60,6 +68,8 @@ class PrecisionRecipe:
     gather_bytes: int = 0
     fsdp: bool = False
     accum_buffer_bytes: int = 0
+    float8_linears: bool = False
+    float8_all_gather: bool = False
 
     @property
     def gathered_bytes(self) -> int:
@@ -90,6 +100,13 @@ RECIPES: dict[str, PrecisionRecipe] = {r.key: r for r in (
                     'FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam '
                     '(16 B/param over d), bf16 all-gather and compute, no autocast',
                     gather_bytes=2, fsdp=True),
+    # torchtitan's float8 (``--precision fp8`` with ``--framework torchtitan``): the
+    # fsdp-bf16 recipe with torchao Float8Linear layers; the compute dtype stays bf16 (the
+    # peak MFU refers to and that attention and the head run at).
+    PrecisionRecipe('fsdp-fp8', 4, 4, 0, 4, 2, 2, False, False, 'bf16',
+                    'torchtitan float8: FSDP2 MixedPrecisionPolicy (fp32 shards, bf16 '
+                    'compute) with torchao Float8Linear layers (tensorwise, fp8 all-gather)',
+                    gather_bytes=2, fsdp=True, float8_linears=True, float8_all_gather=True),
     PrecisionRecipe('ds-bf16', 2, 2, 4, 4, 2, 2, False, True, 'bf16',
                     'DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an fp32 '
                     'gradient accumulation buffer with ZeRO 0-1', accum_buffer_bytes=4),

@@ -188,6 +188,9 @@ class PlanRequest:
             every weight; None for full training. LoRA runs as PEFT does (HF Trainer,
             accelerate, DeepSpeed, FSDP, LLaMA-Factory): data parallel with ZeRO 0-3
             only, so the search keeps TP = PP = CP = 1 and needs ``framework='hf'``.
+        compile: the stack's per-block ``torch.compile`` (torchtitan's ``[compile]``);
+            only stacks with that switch are searched.
+        async_tp: torchtitan's async tensor parallelism (needs ``compile``).
     """
 
     model: ModelSpec
@@ -216,6 +219,8 @@ class PlanRequest:
     calibration: CalibrationProfile | Mapping | None = None
     overheads: Overheads | None = None
     lora: LoraSpec | None = None
+    compile: bool = False
+    async_tp: bool = False
 
     def __post_init__(self) -> None:
         for name, key in (('seq_len', 'seq_len'), ('max_nodes', 'nodes'),
@@ -257,8 +262,21 @@ class PlanRequest:
         if self.max_nodes > 1 and self.inter_node is None:
             raise InputError('--inter-node', 'more than one node needs the network between '
                              'them (batchfit gpus --catalog lists them)')
+        for name in ('compile', 'async_tp'):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise InputError(_flag(name), f'must be true or false, got '
+                                 f'{getattr(self, name)!r}')
+        if self.async_tp and not self.compile:
+            # torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp raises
+            raise InputError('--async-tp', 'async TP needs --compile (torchtitan refuses it '
+                             'without the model compiled)', '--compile --async-tp, or off')
         self._check_lora()
         self._check_stacks()
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The stack switches this request turns on (``Stack.options`` words)."""
+        return tuple(name for name in ('compile', 'async_tp') if getattr(self, name))
 
     def _check_stacks(self) -> None:
         """A named stack must run the overrides; with none, some stack must."""
@@ -266,7 +284,8 @@ class PlanRequest:
         if self.framework:
             stack = STACKS[self.framework]
             stack.check(precision=self.precision, zero_stages=tuple(self.zero_stages),
-                        recompute_modes=tuple(self.recompute_modes), lora=lora)
+                        recompute_modes=tuple(self.recompute_modes), lora=lora,
+                        options=self.options)
             runs = {'tp': stack.tensor_parallel, 'pp': stack.pipeline_parallel,
                     'cp': stack.context_parallel, 'vpp': stack.virtual_stages,
                     'ep': stack.expert_parallel}
@@ -276,6 +295,7 @@ class PlanRequest:
                                      f'{axis} > 1', '1')
         if not self.plan_modes():
             wanted = [f'--precision {self.precision}'] if self.precision else []
+            wanted += [_flag(o) for o in self.options]
             wanted += [f'--zero {",".join(map(str, self.zero_stages))}',
                        f'--recompute {",".join(self.recompute_modes)}']
             raise InputError('--framework', 'no stack runs ' + ' with '.join(wanted),
@@ -290,7 +310,8 @@ class PlanRequest:
         lora = self.lora is not None
         return tuple(s for s in STACKS.values()
                      if (s.lora_modes or not lora)
-                     and (not self.precision or self.precision in s.precisions))
+                     and (not self.precision or s.runs_precision(self.precision))
+                     and set(self.options) <= set(s.options))
 
     def plan_modes(self) -> tuple[PlanMode, ...]:
         """Every (stack, recipe) the search scores, with the ZeRO stages and recompute
@@ -327,7 +348,9 @@ class PlanRequest:
         recompute = tuple(r for r in self.recompute_modes if r in stack.recompute) \
             or self.recompute_modes
         return replace(self, framework=framework, precision=precision, zero_stages=zeros,
-                       recompute_modes=recompute)
+                       recompute_modes=recompute,
+                       compile=self.compile and 'compile' in stack.options,
+                       async_tp=self.async_tp and 'async_tp' in stack.options)
 
     def _check_lora(self) -> None:
         """LoRA runs under PEFT on Hugging Face models, data parallel only.
@@ -414,9 +437,14 @@ class PlanRequest:
         (a calibration) set another."""
         from dataclasses import replace
 
-        if self.step_options.dp_overlap != StepTimeOptions().dp_overlap:
-            return self.step_options
-        return replace(self.step_options, dp_overlap=STACKS[framework].dp_overlap)
+        from planner.timing.stack_speed import with_switches
+
+        options = self.step_options
+        if options.dp_overlap == StepTimeOptions().dp_overlap:
+            options = replace(options, dp_overlap=STACKS[framework].dp_overlap)
+        return with_switches(options, compile=self.compile and 'compile' in
+                             STACKS[framework].options, async_tp=self.async_tp
+                             and 'async_tp' in STACKS[framework].options)
 
     def step_times(self, layout: LayoutArrays) -> StepTimeArrays:
         """The step-time model on ``layout``'s candidates, each with its stack's choices."""
@@ -448,6 +476,7 @@ class PlanRequest:
             'limits': self.limits.to_dict(),
             'calibration': None if self.calibration is None else 'given',
             'lora': None if self.lora is None else lora_dict(self.lora, self.model),
+            'compile': self.compile, 'async_tp': self.async_tp,
         }
 
 

@@ -23,7 +23,11 @@
   stay, and torch's pipelining stage accumulates unsharded gradients (fp32, the reduce
   dtype: torch/distributed/fsdp/_fully_shard/_fsdp_param.py
   ``to_accumulated_grad_if_needed``). AC none / selective op-level / full
-  (torchtitan/distributed/activation_checkpoint.py).
+  (torchtitan/distributed/activation_checkpoint.py). Its own switches, off by default as
+  in torchtitan's JobConfig: float8 linears (``--precision fp8``: torchao Float8Linear
+  through ``model.converters = ["quantize.linear.float8"]``), per-block ``torch.compile``
+  (``[compile]``) and async TP (``parallelism.enable_async_tensor_parallel``, which
+  needs compile: torchtitan/distributed/tensor_parallel.py).
 * ``megatron``: Megatron-LM / Megatron-Core: TP+SP, PP+VPP, CP, EP; bf16 weights, a
   contiguous fp32 main-grad buffer, fp32 master + Adam sharded by the distributed
   optimizer (ZeRO-1 only): 2 + 4 + 12/d bytes a parameter (NVIDIA/Megatron-LM
@@ -79,7 +83,10 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
                    'deepspeedai/DeepSpeed deepspeed/runtime/bf16_optimizer.py')),
     Stack(key='torchtitan', label='torchtitan', description='FSDP2/HSDP x TP x PP x CP x EP, '
           'bf16 parameters with fp32 reduction, no autocast',
-          modes=(_DDP_TITAN, _FSDP_TITAN), precisions=('fsdp-bf16', 'fp32'),
+          modes=(_DDP_TITAN, _FSDP_TITAN), precisions=('fsdp-bf16', 'fsdp-fp8', 'fp32'),
+          # float8 is a converter in torchtitan (model.converters, torchao Float8Linear),
+          # torch.compile and async TP are its switches (torchtitan/config/job_config.py)
+          precision_aliases={'fp8': 'fsdp-fp8'}, options=('compile', 'async_tp'),
           recompute={'none': 'none', 'selective': 'selective (op-level SAC)', 'full': 'full'},
           kernels='hf', loss='hf', tensor_parallel=True, pipeline_parallel=True,
           virtual_stages=True, context_parallel=True, expert_parallel=True,

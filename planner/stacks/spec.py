@@ -66,6 +66,13 @@ class Stack:
             (pytorch/torchtitan torchtitan/train.py, ``del pred``); Megatron's and
             DeepSpeed's pipeline schedules keep only the loss.
         launchers: ``planner.export`` formats that run this stack's plans.
+        precision_aliases: what a ``--precision`` word means in this stack when it names
+            another recipe than the word itself (torchtitan's ``fp8`` is its torchao
+            float8 converter over FSDP2: the ``fsdp-fp8`` recipe).
+        options: the stack's own switches a request may turn on (``compile``,
+            ``async_tp``: torchtitan's ``[compile]`` and
+            ``parallelism.enable_async_tensor_parallel``); ``planner.timing.stack_speed``
+            times them.
         sources: where the facts come from (repository + path).
     """
 
@@ -95,6 +102,8 @@ class Stack:
     dp_overlap: float = 0.8
     allocator_fraction: float | None = None
     user_loop: bool = False
+    precision_aliases: dict[str, str] = field(default_factory=dict)
+    options: tuple[str, ...] = ()
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -113,7 +122,16 @@ class Stack:
         modes = self.lora_modes if lora else self.modes
         if not precision:
             return modes
-        return tuple(StackMode(m.name, m.zero_stages, precision, m.description) for m in modes)
+        recipe = self.recipe_of(precision)
+        return tuple(StackMode(m.name, m.zero_stages, recipe, m.description) for m in modes)
+
+    def recipe_of(self, precision: str) -> str:
+        """The recipe a ``--precision`` word names in this stack (its alias, or itself)."""
+        return self.precision_aliases.get(precision, precision)
+
+    def runs_precision(self, precision: str) -> bool:
+        """Whether ``--precision precision`` is one this stack runs (a recipe or alias)."""
+        return precision in self.precisions or precision in self.precision_aliases
 
     def recipe_for(self, zero: int, lora: bool = False) -> str:
         """The stack's own recipe at ZeRO stage ``zero`` (the first mode that runs it)."""
@@ -124,6 +142,7 @@ class Stack:
 
     def check(self, *, precision: str = '', zero_stages: tuple[int, ...] = (),
               recompute_modes: tuple[str, ...] = (), lora: bool = False,
+              options: tuple[str, ...] = (),
               field_names: dict[str, str] | None = None) -> None:
         """Raise InputError when an override is outside what this stack runs.
 
@@ -132,16 +151,25 @@ class Stack:
             zero_stages: the ZeRO stages asked for (checked for an overlap).
             recompute_modes: the recompute modes asked for (checked for an overlap).
             lora: LoRA/QLoRA fine-tuning.
+            options: the stack switches asked for (``compile``, ``async_tp``).
             field_names: how the caller names the fields (default the CLI flags).
         """
         names = {'precision': '--precision', 'zero': '--zero', 'recompute': '--recompute',
-                 'lora': '--lora-rank', **(field_names or {})}
+                 'lora': '--lora-rank', 'compile': '--compile', 'async_tp': '--async-tp',
+                 **(field_names or {})}
+        for option in options:
+            if option not in self.options:
+                runs = ', '.join(_stacks_with(option)) or 'none'
+                raise InputError(names.get(option, option), f'the {self.key} stack has no '
+                                 f'{option.replace("_", " ")} switch',
+                                 f'off, or a stack that has it: {runs}')
         if lora and not self.lora_modes:
             raise InputError(names['lora'], f'the {self.key} stack trains every weight (no '
                              'LoRA/PEFT in it)', 'a stack with LoRA: hf')
-        if precision and precision not in self.precisions:
+        if precision and not self.runs_precision(precision):
             raise InputError(names['precision'], f'the {self.key} stack does not run '
-                             f'{precision}', ', '.join(self.precisions))
+                             f'{precision}', ', '.join((*self.precisions,
+                                                        *self.precision_aliases)))
         zeros = {z for m in self.modes_for(lora) for z in m.zero_stages}
         if zero_stages and not zeros & set(zero_stages):
             raise InputError(names['zero'], f'the {self.key} stack runs none of ZeRO '
@@ -174,4 +202,12 @@ class Stack:
                 'modes': [{'name': m.name, 'zero_stages': list(m.zero_stages),
                            'precision': m.precision} for m in self.modes],
                 'precisions': list(self.precisions), 'recompute': dict(self.recompute),
-                'launchers': list(self.launchers)}
+                'precision_aliases': dict(self.precision_aliases),
+                'options': list(self.options), 'launchers': list(self.launchers)}
+
+
+def _stacks_with(option: str) -> list[str]:
+    """The stacks that have the switch ``option``."""
+    from planner.stacks.catalog import STACKS
+
+    return [s.key for s in STACKS.values() if option in s.options]

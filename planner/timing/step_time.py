@@ -73,6 +73,8 @@ class StepTimeOptions:
         pp_overlap: fraction of pipeline sends hidden behind compute.
         hbm_efficiency: achieved / datasheet HBM bandwidth for the optimizer step.
         step_overhead_s: fixed per-step cost (data loading, logging, launch).
+        compute_speedup: a micro-batch's compute (GEMMs and memory-bound work) divided
+            by this (torch.compile: ``planner.timing.stack_speed.COMPILE_SPEEDUP``).
     """
 
     intra_node_link_efficiency: float = 0.80
@@ -84,6 +86,7 @@ class StepTimeOptions:
     pp_overlap: float = 0.0
     hbm_efficiency: float = 0.8
     step_overhead_s: float = 0.0
+    compute_speedup: float = 1.0
 
 
 @dataclass
@@ -329,8 +332,14 @@ def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
     stages = [stage_params(model, t, p, ep, stage, lora) for stage in ('first', 'last')]
     if lora is None:
         psi = np.maximum(*(s.dense + s.expert for s in stages))
+        gather = psi * r.gathered_bytes
+        if r.float8_all_gather:  # the converted linears' weights travel in fp8 (1 B)
+            from planner.timing.stack_speed import float8_linear_params
+
+            converted = np.maximum(*(s.layers for s in stages)) * float8_linear_params(model) / t
+            gather = gather - converted * (r.gathered_bytes - 1)
         return _StageBytes(grad_bytes=psi * r.grad_bytes, update_bytes=psi * r.weight_bytes,
-                           gather_bytes=psi * r.gathered_bytes, trainable=psi,
+                           gather_bytes=gather, trainable=psi,
                            quantized=np.zeros(np.shape(psi)))
     trainable = np.maximum(*(s.trainable_dense + s.trainable_expert for s in stages))
     gather = np.maximum(*(lora_weight_bytes(s, r, lora) for s in stages))
@@ -339,6 +348,29 @@ def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
     adapters = ADAPTER_BYTES * trainable
     return _StageBytes(grad_bytes=adapters, update_bytes=adapters, gather_bytes=gather,
                        trainable=trainable, quantized=quantized)
+
+
+def _float8_compute(model: ModelSpec, r: PrecisionRecipe, o: StepTimeOptions,
+                    layers_tok: np.ndarray, rc, busy_layers, tokens_mb, t, shards, rate,
+                    hbm_bps, gemm_mb, elementwise_mb):
+    """(GEMM, memory-bound) seconds of a micro-batch with torchao Float8Linear layers: the
+    converted GEMMs at the fp8 rate, the casts around them at HBM speed
+    (``planner.timing.stack_speed``). ``layers_tok`` holds the layers' FLOPs per token by
+    recompute code (the head taken out)."""
+    from planner.timing.stack_speed import (
+        WEIGHT_CAST_BYTES,
+        float8_cast_bytes,
+        float8_linear_params,
+        float8_saved_flops,
+    )
+
+    recomputed = (layers_tok - layers_tok[0]) / model.num_layers  # per layer, by code
+    saved = float8_saved_flops(model, recomputed)[rc]
+    gemm_mb = gemm_mb - busy_layers * saved * tokens_mb / t / rate
+    casts = float8_cast_bytes(model, o.compute_speedup > 1)[rc] * tokens_mb / t
+    weights = WEIGHT_CAST_BYTES * float8_linear_params(model) / t
+    weights = weights / np.where(r.float8_all_gather, np.maximum(shards, 1), 1)
+    return gemm_mb, elementwise_mb + busy_layers * (casts + weights) / hbm_bps
 
 
 def _optimizer_bytes_per_param(r: PrecisionRecipe, opt: OptimizerKind,
@@ -447,6 +479,11 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     dequant_mb = sb.quantized * _dequant_bytes_per_param(r, lora)[rc] / hbm_bps
     elementwise_mb = busy_layers * elementwise * tokens_mb / t / hbm_bps + dequant_mb
     gemm_mb = stage_tok * tokens_mb / t / (peak * eta)
+    if r.float8_linears:  # torchao Float8Linear (planner.timing.stack_speed)
+        gemm_mb, elementwise_mb = _float8_compute(model, r, o, per_mode - head_tok, rc,
+                                                  busy_layers, tokens_mb, t, lay.dp * c,
+                                                  peak * eta, hbm_bps, gemm_mb, elementwise_mb)
+    gemm_mb, elementwise_mb = gemm_mb / o.compute_speedup, elementwise_mb / o.compute_speedup
     compute_mb = gemm_mb + elementwise_mb
     fwd_mb, bwd_mb = compute_mb * (1 - bwd_fraction), compute_mb * bwd_fraction
 
