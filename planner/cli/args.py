@@ -187,7 +187,9 @@ def add_memory_option_args(p: argparse.ArgumentParser) -> None:
     from planner.stacks import STACK_KEYS
     p.add_argument('--precision', choices=tuple(RECIPES), default='',
                    help="precision recipe (default: the stack's own, e.g. amp-bf16 for hf "
-                        'DDP, fsdp-bf16 for FSDP2, bf16-mixed for megatron)')
+                        'DDP, fsdp-bf16 for FSDP2, bf16-mixed for megatron); fp8 is '
+                        "Transformer Engine's for megatron and torchao float8 linears "
+                        '(fsdp-fp8) for torchtitan')
     p.add_argument('--optimizer', choices=tuple(OPTIMIZERS), default=DEFAULT_OPTIMIZER)
     p.add_argument('--attention', choices=ATTENTION_KINDS, default=DEFAULT_ATTENTION,
                    help='flash (fused SDPA kernels, no s^2 term) or eager')

@@ -94,7 +94,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
                          f'= {per_replica}', f'a multiple of {per_replica} GPUs')
     lora = lora_from_args(args)
     stack = estimate_stack(args, lora is not None)
-    precision = args.precision or stack.recipe_for(args.zero, lora is not None)
+    precision = (stack.recipe_of(args.precision) if args.precision
+                 else stack.recipe_for(args.zero, lora is not None))
     setup = TrainingSetup(
         seq_len=args.seq_len, micro_batch=args.micro_batch, grad_accum=args.grad_accum,
         precision=precision, optimizer=args.optimizer, zero=args.zero,

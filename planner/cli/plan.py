@@ -103,6 +103,11 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help='allow PP sizes that do not divide the layers')
     p.add_argument('--no-sp', dest='sequence_parallel', action='store_false',
                    help='no sequence parallelism with TP')
+    p.add_argument('--compile', action='store_true',
+                   help="the stack's per-block torch.compile (torchtitan [compile]; off by "
+                        'default, as in torchtitan)')
+    p.add_argument('--async-tp', action='store_true',
+                   help="torchtitan's async tensor parallelism (needs --compile)")
     add_profile_arg(p)
     add_save_export_args(p)
     p.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -136,7 +141,7 @@ def ask_from_args(args: argparse.Namespace) -> PlanAsk:
         framework=args.framework, loss=args.loss, loop=args.loop,
         margin_fraction=args.margin,
         price_per_gpu_hour_usd=args.price, sort_by=args.sort, top_k=args.top, limits=limits,
-        lora=lora, profile=args.profile,
+        lora=lora, profile=args.profile, compile=args.compile, async_tp=args.async_tp,
         guidance=guidance_inputs_from_args(args, args.seq_len))
 
 

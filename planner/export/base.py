@@ -166,7 +166,8 @@ def precision_kind(plan: PlanFile) -> str:
     """
     return {'amp-bf16': 'bf16', 'bf16-mixed': 'bf16', 'amp-fp16': 'fp16',
             'fp16-mixed': 'fp16', 'fp32': 'fp32', 'tf32': 'tf32', 'fp8': 'fp8',
-            'bf16': 'bf16-pure', 'fsdp-bf16': 'bf16', 'ds-bf16': 'bf16'}[plan.candidate.precision]
+            'bf16': 'bf16-pure', 'fsdp-bf16': 'bf16', 'ds-bf16': 'bf16',
+            'fsdp-fp8': 'fp8'}[plan.candidate.precision]
 
 
 def learning_rate(plan: PlanFile) -> float | None:

@@ -94,18 +94,18 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
         parallelism['pipeline_parallel_microbatch_size'] = n.micro_batch
         parallelism['pipeline_parallel_schedule'] = 'Interleaved1F1B' if c.vpp > 1 else '1F1B'
         parallelism['pipeline_parallel_layers_per_stage'] = m.num_layers // (c.pp * c.vpp)
-    if kind == 'fp8':
-        notes.append('fp8: add the float8 converter (model.converters, needs torchao); '
-                     'written as bf16')
+    model: dict[str, Any] = {'name': name, 'flavor': flavor}
+    switches = _switches(plan, parallelism, model, kind, notes)
     g = plan.guidance
     tables: dict[str, dict[str, Any]] = {
         'job': {'description': f'batchfit plan: {m.name} on {n.world_size} GPUs'},
-        'model': {'name': name, 'flavor': flavor},
+        'model': model,
         'optimizer': {'name': optimizer, 'lr': learning_rate(plan)},
         'lr_scheduler': {'warmup_steps': g.warmup_steps},
         'training': training, 'parallelism': parallelism,
         'activation_checkpoint': {'mode': c.recompute, **(
             {'selective_ac_option': 'op'} if c.recompute == 'selective' else {})},
+        **switches,
     }
     if g.learning_rate is None:
         notes.append('no learning rate in the plan: torchtitan\'s default applies (plan with '
@@ -113,6 +113,37 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     if plan.steps is None:
         notes.append('the plan has no data size: set training.steps')
     return tables, notes
+
+
+def _switches(plan: PlanFile, parallelism: dict[str, Any], model: dict[str, Any], kind: str,
+              notes: list[str]) -> dict[str, dict[str, Any]]:
+    """torchtitan's float8, torch.compile and async TP as its 0.2.2 JobConfig spells them
+    (torchtitan/config/job_config.py ``Model.converters``, ``Float8Linear``, ``Compile``,
+    ``Parallelism.enable_async_tensor_parallel``); fills ``parallelism`` and ``model``,
+    returns the extra tables."""
+    tables: dict[str, dict[str, Any]] = {}
+    c = plan.constraints
+    if kind == 'fp8':
+        # torchao Float8Linear, tensorwise dynamic scaling with the FSDP all-gather in fp8
+        # (torchtitan docs/float8.md); the output head stays bf16, as batchfit timed it
+        model['converters'] = ['quantize.linear.float8']
+        tables['quantize.linear.float8'] = {
+            'enable_fsdp_float8_all_gather': True,
+            'precompute_float8_dynamic_scale_for_fsdp': True, 'filter_fqns': ['output']}
+        notes.append('float8 needs torchao and an SM89+ GPU (H100, L40S...)')
+        if plan.candidate.precision != 'fsdp-fp8':
+            notes.append(f'the plan counted {plan.candidate.precision} (Transformer Engine fp8 '
+                         'copies); torchtitan\'s float8 needs less memory than planned')
+        if not c.compile:
+            notes.append('float8 without [compile]: torchtitan calls compile "required for '
+                         'competitive performance" (casts unfused); planned that way')
+    if c.compile:
+        tables['compile'] = {'enable': True, 'components': ['model', 'loss']}
+    if c.async_tp:
+        parallelism['enable_async_tensor_parallel'] = True
+        if plan.candidate.tp == 1:
+            notes.append('async TP has nothing to overlap without TP (tp 1)')
+    return tables
 
 
 def _data_parallel(plan: PlanFile, n: BatchNumbers, notes: list[str]) -> tuple[int, int, str]:

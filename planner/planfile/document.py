@@ -1,6 +1,6 @@
 """Plan files: one chosen plan with everything that produced it, as versioned JSON.
 
-A plan file (schema ``batchfit.plan/3``, docs/plan-file.md) holds the whole input of a
+A plan file (schema ``batchfit.plan/4``, docs/plan-file.md) holds the whole input of a
 search (the model as a preset, a size or the embedded ``config.json``, and always its
 resolved shape; the cluster; the targets; the constraints; the guidance inputs), the
 chosen candidate with its estimates, the learning rate and warmup it was given, and the
@@ -118,7 +118,7 @@ class Constraints:
     """The search space and the modelling choices (``PlanRequest`` fields, JSON-ready).
 
     ``lora`` is ``{"rank", "targets", "base_bits"}`` for a LoRA/QLoRA plan, None for full
-    training.
+    training. ``compile`` and ``async_tp`` are torchtitan's switches (off: not asked).
     """
 
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -137,6 +137,8 @@ class Constraints:
     step_options: dict[str, float] = field(default_factory=dict)
     overheads: dict[str, Any] | None = None
     lora: dict[str, Any] | None = None
+    compile: bool = False
+    async_tp: bool = False
 
     @property
     def lora_spec(self) -> LoraSpec | None:
@@ -281,7 +283,7 @@ class PlanFile:
             step_options=StepTimeOptions(**c.step_options),
             calibration=calibration,
             overheads=None if c.overheads is None else Overheads(**c.overheads),
-            lora=c.lora_spec)
+            lora=c.lora_spec, compile=c.compile, async_tp=c.async_tp)
 
 
 # ---- building a plan from a search -------------------------------------------------------
@@ -367,7 +369,8 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
             step_options=dataclasses.asdict(request.step_options),
             overheads=None if request.overheads is None
             else dataclasses.asdict(request.overheads),
-            lora=None if request.lora is None else request.lora.to_dict()),
+            lora=None if request.lora is None else request.lora.to_dict(),
+            compile=request.compile, async_tp=request.async_tp),
         guidance_inputs=inputs,
         guidance=guidance_record(guidance),
         candidate=chosen_candidate(chosen),
@@ -580,7 +583,8 @@ def _read_constraints(c: Reader) -> Constraints:
         price_per_gpu_hour_usd=c.number('price_per_gpu_hour_usd', None),
         sort_by=c.text('sort_by', 'time'), top_k=c.count('top_k', 10),
         limits=c.mapping('limits', {}) or {}, step_options=c.mapping('step_options', {}) or {},
-        overheads=c.mapping('overheads', None), lora=_read_lora(c))
+        overheads=c.mapping('overheads', None), lora=_read_lora(c),
+        compile=c.flag('compile'), async_tp=c.flag('async_tp'))
 
 
 def _read_lora(c: Reader) -> dict[str, Any] | None:

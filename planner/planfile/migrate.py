@@ -17,6 +17,8 @@ Versions:
        and ``constraints.precision`` may be '' (every stack, each stack's own recipe).
        ``constraints.loop``: the training loop whose hold on the model output is counted
        (``keep-outputs`` or ``trainer``, ``planner/memory/model_outputs.py``).
+    4: ``constraints.compile`` and ``constraints.async_tp``: torchtitan's torch.compile and
+       async TP switches (the plan's step time counts them; its export turns them on).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from planner.errors import InputError
 
 SCHEMA_PREFIX = 'batchfit.plan/'
-CURRENT_VERSION = 3
+CURRENT_VERSION = 4
 CURRENT_SCHEMA = f'{SCHEMA_PREFIX}{CURRENT_VERSION}'
 _V0_LAYOUT = ('nodes', 'gpus_per_node', 'gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch',
               'grad_accum', 'global_batch', 'zero', 'recompute', 'sequence_parallel')
@@ -159,5 +161,15 @@ def _v2_to_v3(old: dict[str, Any], where: str) -> dict[str, Any]:
                           'ep': 1}}
 
 
+def _v3_to_v4(old: dict[str, Any], where: str) -> dict[str, Any]:
+    """Version 3 had no stack switches: its plans were timed without torch.compile and
+    async TP, and their exports left them off."""
+    constraints = old.get('constraints')
+    if not isinstance(constraints, dict):
+        raise InputError(f'{where}: constraints', 'must be a JSON object')
+    return {**old, 'schema': f'{SCHEMA_PREFIX}4',
+            'constraints': {**constraints, 'compile': False, 'async_tp': False}}
+
+
 _MIGRATIONS: dict[int, Callable[[dict[str, Any], str], dict[str, Any]]] = {
-    0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3}
+    0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}

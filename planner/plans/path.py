@@ -75,6 +75,8 @@ class PlanAsk:
         lora: LoRA/QLoRA adapters on a frozen base; None for full training.
         profile: ``auto`` (the newest profile of ``gpu``), ``none``, or a profile file.
         guidance: the reference LR, batch, warmup and noise scale.
+        compile: the stack's per-block torch.compile (torchtitan; off by default).
+        async_tp: torchtitan's async TP (needs ``compile``).
     """
 
     model: str
@@ -104,6 +106,8 @@ class PlanAsk:
     lora: LoraSpec | None = None
     profile: str = 'auto'
     guidance: GuidanceInputs = field(default_factory=GuidanceInputs)
+    compile: bool = False
+    async_tp: bool = False
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,8 @@ def build_request(ask: PlanAsk, calibration: CalibrationUse | None = None) -> Pl
         framework=ask.framework, loss=ask.loss, loop=ask.loop,
         margin_fraction=ask.margin_fraction,
         price_per_gpu_hour_usd=ask.price_per_gpu_hour_usd, sort_by=ask.sort_by,
-        top_k=ask.top_k, limits=ask.limits, lora=ask.lora, **measured)
+        top_k=ask.top_k, limits=ask.limits, lora=ask.lora, compile=ask.compile,
+        async_tp=ask.async_tp, **measured)
 
 
 def guidance_for(request: PlanRequest, result: SearchResult, chosen: Candidate | None,

@@ -109,3 +109,40 @@ def test_unknown_model_gets_a_flavor_torchtitan_rejects(tmp_path):
 
     spec = get_train_spec(config.model.name)
     assert config.model.flavor not in spec.model_args
+
+
+def test_float8_compile_and_async_tp_parse_as_torchtitan_reads_them(tmp_path):
+    """The switches land in torchtitan 0.2.2's own JobConfig fields, the converter name is
+    one torchtitan registers, and its async-TP check accepts the config."""
+    import torch._inductor.config as inductor_config
+    from torchtitan.components.quantization import float8  # noqa: F401 (registers it)
+    from torchtitan.distributed.tensor_parallel import maybe_enable_async_tp
+    from torchtitan.protocols.model_converter import _registry_model_converter_cls
+
+    plan = make_plan(model='llama-3.1-8b', nodes=2, tp=2, zero=3, micro_batch=1,
+                     global_batch=64, seq_len=4096, framework='torchtitan', precision='fp8',
+                     compile=True, async_tp=True)
+    config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
+    check_types(config)
+    assert config.model.converters == ['quantize.linear.float8']
+    assert set(config.model.converters) <= set(_registry_model_converter_cls)
+    f8 = config.quantize.linear.float8
+    assert f8.enable_fsdp_float8_all_gather and f8.precompute_float8_dynamic_scale_for_fsdp
+    assert f8.filter_fqns == ['output']
+    assert config.compile.enable and config.compile.components == ['model', 'loss']
+    assert config.parallelism.enable_async_tensor_parallel
+    before = inductor_config._micro_pipeline_tp
+    try:
+        maybe_enable_async_tp(config, None)  # raises without compile
+        assert inductor_config._micro_pipeline_tp
+    finally:
+        inductor_config._micro_pipeline_tp = before
+
+
+def test_switches_off_by_default(tmp_path):
+    plan = make_plan(model='llama-3.1-8b', nodes=2, zero=3, micro_batch=1, global_batch=64,
+                     seq_len=4096, framework='torchtitan')
+    config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
+    assert config.model.converters == []
+    assert not config.compile.enable
+    assert not config.parallelism.enable_async_tensor_parallel

@@ -42,7 +42,7 @@ def test_migrates_version_2_to_keep_outputs():
     v2 = {**v2, 'schema': 'batchfit.plan/2'}
     v2['constraints'] = {k: v for k, v in v2['constraints'].items() if k != 'loop'}
     v3 = migrate(v2, 'plan.json')
-    assert v3['schema'] == 'batchfit.plan/3'
+    assert v3['schema'] == 'batchfit.plan/4'
     assert v3['constraints']['loop'] == 'keep-outputs'
     assert v3['constraints']['lora'] is None
 
@@ -58,7 +58,7 @@ def test_round_trip(tmp_path, plan):
     path = tmp_path / 'plan.json'
     write_plan(path, plan)
     doc = json.loads(path.read_text())
-    assert doc['schema'] == CURRENT_SCHEMA == 'batchfit.plan/3'
+    assert doc['schema'] == CURRENT_SCHEMA == 'batchfit.plan/4'
     assert doc['constraints']['lora'] is None
     assert list(doc) == ['schema', 'created_by', 'model', 'cluster', 'targets', 'constraints',
                          'guidance_inputs', 'guidance', 'candidate', 'calibration']
@@ -207,7 +207,7 @@ def test_migrates_version_0(tmp_path):
     assert 'migrated from batchfit.plan/0' in loaded.created_by
     write_plan(tmp_path / 'v1.json', loaded)  # saved again, as the current schema
     assert read_plan(tmp_path / 'v1.json') == loaded
-    assert json.loads((tmp_path / 'v1.json').read_text())['schema'] == 'batchfit.plan/3'
+    assert json.loads((tmp_path / 'v1.json').read_text())['schema'] == 'batchfit.plan/4'
     assert loaded.constraints.lora is None
     assert 'torchrun' in export_plan(loaded, 'torchrun').text
 
@@ -222,7 +222,7 @@ def test_show_command(tmp_path, plan, capsys):
     assert 'Warmup' in out
     code, out, _ = run_cli(capsys, 'show', str(DATA / 'plan_v0.json'), '--json')
     assert code == 0
-    assert json.loads(out)['schema'] == 'batchfit.plan/3'
+    assert json.loads(out)['schema'] == 'batchfit.plan/4'
 
 
 def test_show_bad_file_is_one_line(tmp_path, capsys):
@@ -280,7 +280,7 @@ def test_migrates_version_1(tmp_path, capsys):
     assert (best.dp, best.micro_batch, best.zero, best.recompute) == (8, 2, 2, 'selective')
     write_plan(tmp_path / 'v2.json', loaded)
     doc = json.loads((tmp_path / 'v2.json').read_text())
-    assert doc['schema'] == 'batchfit.plan/3'
+    assert doc['schema'] == 'batchfit.plan/4'
     assert doc['constraints']['lora'] is None
     assert read_plan(tmp_path / 'v2.json') == loaded
     assert (DATA / 'plan_v1.json').read_text() == original  # loading never writes
@@ -335,3 +335,41 @@ def test_lora_plan_must_be_data_parallel(qlora_plan):
     doc['candidate'].update(tp=2, dp=4, grad_accum=2 * grad_accum)  # the batch still adds up
     with pytest.raises(InputError, match='data parallel only'):
         plan_from_dict(doc, 'plan.json')
+
+
+def test_migrates_version_3_without_stack_switches():
+    """A /3 plan was timed and exported without torch.compile and async TP: both off."""
+    from planner.planfile.migrate import migrate
+
+    doc = migrate(json.loads((DATA / 'plan_v1.json').read_text()), 'plan.json')
+    v3 = {**doc, 'schema': 'batchfit.plan/3',
+          'constraints': {k: v for k, v in doc['constraints'].items()
+                          if k not in ('compile', 'async_tp')}}
+    v4 = migrate(v3, 'plan.json')
+    assert v4['schema'] == 'batchfit.plan/4'
+    assert v4['constraints']['compile'] is False
+    assert v4['constraints']['async_tp'] is False
+
+
+def test_torchtitan_switches_round_trip(tmp_path):
+    """A torchtitan float8 + compile + async TP plan keeps its switches through a file,
+    and the request it rebuilds times the candidate as the search did."""
+    plan = make_plan(nodes=2, gpus_per_node=8, tp=2, zero=3, global_batch=64, seq_len=2048,
+                     framework='torchtitan', precision='fp8', compile=True, async_tp=True)
+    assert plan.candidate.precision == 'fsdp-fp8'
+    path = tmp_path / 'plan.json'
+    write_plan(path, plan)
+    doc = json.loads(path.read_text())
+    assert doc['constraints']['compile'] is True and doc['constraints']['async_tp'] is True
+    back = read_plan(path)
+    assert back == plan
+    import dataclasses
+
+    from planner.plans.search import search
+
+    request = back.to_request()
+    assert request.compile and request.async_tp
+    again = search(request).best
+    assert again.step_time_s == pytest.approx(plan.candidate.estimates['step_time_s'], rel=1e-9)
+    eager = search(dataclasses.replace(request, compile=False, async_tp=False)).best
+    assert eager.step_time_s > again.step_time_s  # the switches were what made it faster
