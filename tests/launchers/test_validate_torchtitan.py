@@ -127,9 +127,11 @@ def test_float8_compile_and_async_tp_parse_as_torchtitan_reads_them(tmp_path):
     assert config.model.converters == ['quantize.linear.float8']
     assert set(config.model.converters) <= set(_registry_model_converter_cls)
     f8 = config.quantize.linear.float8
-    assert f8.enable_fsdp_float8_all_gather and f8.precompute_float8_dynamic_scale_for_fsdp
+    assert f8.enable_fsdp_float8_all_gather
+    assert f8.precompute_float8_dynamic_scale_for_fsdp
     assert f8.filter_fqns == ['output']
-    assert config.compile.enable and config.compile.components == ['model', 'loss']
+    assert config.compile.enable
+    assert config.compile.components == ['model', 'loss']
     assert config.parallelism.enable_async_tensor_parallel
     before = inductor_config._micro_pipeline_tp
     try:

@@ -360,7 +360,8 @@ def test_torchtitan_switches_round_trip(tmp_path):
     path = tmp_path / 'plan.json'
     write_plan(path, plan)
     doc = json.loads(path.read_text())
-    assert doc['constraints']['compile'] is True and doc['constraints']['async_tp'] is True
+    assert doc['constraints']['compile'] is True
+    assert doc['constraints']['async_tp'] is True
     back = read_plan(path)
     assert back == plan
     import dataclasses
@@ -368,7 +369,8 @@ def test_torchtitan_switches_round_trip(tmp_path):
     from planner.plans.search import search
 
     request = back.to_request()
-    assert request.compile and request.async_tp
+    assert request.compile
+    assert request.async_tp
     again = search(request).best
     assert again.step_time_s == pytest.approx(plan.candidate.estimates['step_time_s'], rel=1e-9)
     eager = search(dataclasses.replace(request, compile=False, async_tp=False)).best
