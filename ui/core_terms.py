@@ -100,6 +100,9 @@ TERMS: tuple[str, ...] = (
                               '(8 B/param)'),
     QT_TRANSLATE_NOOP('Core', 'Transformer Engine fp8 matmuls over bf16-mixed (18 B/param + '
                               'fp8 weight copies)'),
+    QT_TRANSLATE_NOOP('Core', 'torchtitan float8: FSDP2 MixedPrecisionPolicy (fp32 shards, bf16 '
+                              'compute) with torchao Float8Linear layers (tensorwise, fp8 '
+                              'all-gather)'),
     QT_TRANSLATE_NOOP('Core', 'FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam '
                               '(16 B/param over d), bf16 all-gather and compute, no autocast'),
     QT_TRANSLATE_NOOP('Core', 'DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an '

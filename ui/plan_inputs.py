@@ -69,6 +69,8 @@ class PlanInputs:
         profile: calibration profile, as the CLI's ``--profile``: ``auto`` (the newest
             profile of the GPU, as a calibration on this machine saves it), ``none``, or
             a profile file.
+        compile: the stack's torch.compile switch (torchtitan's ``--compile``).
+        async_tp: torchtitan's async TP (``--async-tp``; needs ``compile``).
     """
 
     model: str = 'llama-3.1-8b'
@@ -99,6 +101,8 @@ class PlanInputs:
     loop: str = 'keep-outputs'
     loss: str = ''
     profile: str = 'auto'
+    compile: bool = False
+    async_tp: bool = False
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -137,6 +141,7 @@ def plan_ask(inputs: PlanInputs, top_k: int = 100) -> PlanAsk:
         margin_fraction=inputs.margin_percent / 100.0,
         price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k,
         lora=lora_spec(inputs), loop=inputs.loop, loss=inputs.loss, profile=inputs.profile,
+        compile=inputs.compile, async_tp=inputs.async_tp,
         guidance=GuidanceInputs(base_lr=inputs.base_lr,
                                 base_batch_samples=inputs.base_batch_samples,
                                 b_noise_tokens=inputs.b_noise_tokens))
@@ -208,8 +213,8 @@ _OPTIONAL = ('price_per_gpu_hour_usd', 'base_lr', 'base_batch_samples', 'b_noise
 def _type_ok(key: str, default: Any, value: Any) -> bool:
     if value is None:
         return key in _OPTIONAL
-    if isinstance(value, bool):
-        return False
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
     if key in _OPTIONAL or isinstance(default, float):
         return isinstance(value, (int, float))
     return isinstance(value, type(default))

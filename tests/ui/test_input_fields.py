@@ -190,3 +190,30 @@ def test_a_chosen_stack_shows_its_own_recompute_words(panel):
     combo.setCurrentIndex(combo.findData(''))
     assert panel.recompute_boxes['selective'].isEnabled()
     assert panel.recompute_boxes['selective'].text() == 'selective'
+
+
+def test_torchtitan_switches_only_for_torchtitan(panel):
+    """The compile and async-TP boxes are enabled for torchtitan alone (async TP only with
+    compile), reach the ask, and a stack without them reads them as off."""
+    panel.set_inputs(PlanInputs())
+    combo, boxes = panel.framework_combo, panel.switch_boxes
+    assert not any(box.isEnabled() for box in boxes.values())  # any stack: off
+    combo.setCurrentIndex(combo.findData('torchtitan'))
+    assert boxes['compile'].isEnabled()
+    assert not boxes['async_tp'].isEnabled()  # needs compile first
+    boxes['compile'].setChecked(True)
+    assert boxes['async_tp'].isEnabled()
+    boxes['async_tp'].setChecked(True)
+    inputs, errors = panel.read_inputs()
+    assert not errors
+    assert inputs.compile
+    assert inputs.async_tp
+    ask = plan_ask(inputs)
+    assert ask.compile
+    assert ask.async_tp
+    combo.setCurrentIndex(combo.findData('megatron'))
+    assert not boxes['compile'].isEnabled()
+    inputs, _ = panel.read_inputs()
+    assert not inputs.compile
+    assert not inputs.async_tp
+    panel.set_inputs(PlanInputs())

@@ -543,6 +543,10 @@ or enter another Python above.</source>
         <translation>在 bf16-mixed 基础上用 Transformer Engine 做 fp8 矩阵乘法（每参数 18 B + fp8 权重副本）</translation>
     </message>
     <message>
+        <source>torchtitan float8: FSDP2 MixedPrecisionPolicy (fp32 shards, bf16 compute) with torchao Float8Linear layers (tensorwise, fp8 all-gather)</source>
+        <translation>torchtitan float8：FSDP2 MixedPrecisionPolicy（fp32 分片，bf16 计算），线性层换成 torchao Float8Linear（按张量缩放，fp8 all-gather）</translation>
+    </message>
+    <message>
         <source>Hugging Face</source>
         <translation>Hugging Face</translation>
     </message>
@@ -1492,6 +1496,10 @@ or enter another Python above.</source>
         <translation>运行训练任务的软件：其布局、ZeRO 阶段、重计算、精度、内核与启动器。“任意”会对所有能运行该模型的技术栈一起排序。</translation>
     </message>
     <message>
+        <source>torchtitan&apos;s own switches, off by default as in torchtitan: per-block torch.compile (fuses the work between the GEMMs) and async TP (hides the TP collectives behind the GEMMs; needs compile). Float8 is the fp8 precision.</source>
+        <translation>torchtitan 自己的开关，与 torchtitan 一样默认关闭：逐块 torch.compile（融合 GEMM 之间的运算）和异步 TP（把 TP 集合通信藏在 GEMM 后面；需要 compile）。Float8 即 fp8 精度。</translation>
+    </message>
+    <message>
         <source>Full training updates every weight. LoRA trains small rank-r adapters on a frozen 16-bit base; QLoRA on a 4-bit NF4 base (bitsandbytes). Both run data parallel with ZeRO/FSDP, as PEFT does: no TP, PP or CP.</source>
         <translation>全量训练更新所有权重。LoRA 在冻结的 16 位基座上训练秩为 r 的小型适配器；QLoRA 的基座为 4 位 NF4（bitsandbytes）。两者都像 PEFT 一样以数据并行加 ZeRO/FSDP 运行：不使用 TP、PP 或 CP。</translation>
     </message>
@@ -1584,6 +1592,18 @@ or enter another Python above.</source>
     <message>
         <source>precision</source>
         <translation>精度</translation>
+    </message>
+    <message>
+        <source>torch.compile</source>
+        <translation>torch.compile</translation>
+    </message>
+    <message>
+        <source>async TP</source>
+        <translation>异步 TP</translation>
+    </message>
+    <message>
+        <source>stack switches</source>
+        <translation>技术栈开关</translation>
     </message>
     <message>
         <source>optimizer</source>

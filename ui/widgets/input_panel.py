@@ -54,6 +54,10 @@ if TYPE_CHECKING:
 
 # Field tooltips, translated when shown (InputPanel._add_row).
 TIPS = {
+    'switches': QT_TRANSLATE_NOOP(
+        'InputPanel', "torchtitan's own switches, off by default as in torchtitan: per-block "
+        'torch.compile (fuses the work between the GEMMs) and async TP (hides the TP '
+        'collectives behind the GEMMs; needs compile). Float8 is the fp8 precision.'),
     'framework': QT_TRANSLATE_NOOP(
         'InputPanel', 'The software that runs the job: its layouts, ZeRO stages, recompute, '
         'precision, kernels and launchers. "any" ranks every stack that can run the model.'),
@@ -229,6 +233,7 @@ class InputPanel(QScrollArea):
             '--b-noise': self.b_noise_edit, '--lora-rank': self.lora_rank_spin,
             '--lora-targets': self.lora_targets_combo, '--qlora': self.tuning_combo,
             '--loop': self.loop_combo, '--loss': self.loss_combo,
+            '--compile': self.switch_row, '--async-tp': self.switch_row,
         }
         self.set_inputs(PlanInputs())
         for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
@@ -243,7 +248,8 @@ class InputPanel(QScrollArea):
                       self.tuning_combo, self.lora_targets_combo, self.loop_combo,
                       self.loss_combo, self.framework_combo):
             combo.currentIndexChanged.connect(self._edited)
-        for check in (*self.zero_boxes.values(), *self.recompute_boxes.values()):
+        for check in (*self.zero_boxes.values(), *self.recompute_boxes.values(),
+                      *self.switch_boxes.values()):
             check.toggled.connect(self._edited)
         self.gpu_combo.currentIndexChanged.connect(self._gpu_picked)
 
@@ -353,6 +359,10 @@ class InputPanel(QScrollArea):
         self.precision_combo.insertItem(0, translate('InputPanel', "the stack's own"), '')
         self._add_row(form, translate('InputPanel', 'precision'), self.precision_combo,
                       self.precision_combo, TIPS['precision'])
+        self.switch_boxes = {'compile': QCheckBox(translate('InputPanel', 'torch.compile')),
+                             'async_tp': QCheckBox(translate('InputPanel', 'async TP'))}
+        self.switch_row = self._checks(form, translate('InputPanel', 'stack switches'),
+                                       self.switch_boxes, TIPS['switches'])
         self.optimizer_combo = _described_combo(OPTIMIZERS)
         self._add_row(form, translate('InputPanel', 'optimizer'), self.optimizer_combo,
                       self.optimizer_combo, TIPS['optimizer'])
@@ -495,7 +505,7 @@ class InputPanel(QScrollArea):
                    self.gpus_per_node_spin, self.margin_spin, self.tuning_combo,
                    self.lora_rank_spin, self.lora_targets_combo, self.loop_combo,
                    self.loss_combo, self.framework_combo, *self.zero_boxes.values(),
-                   *self.recompute_boxes.values()]
+                   *self.recompute_boxes.values(), *self.switch_boxes.values()]
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -525,6 +535,8 @@ class InputPanel(QScrollArea):
                 box.setChecked(z in inputs.zero_stages)
             for m, box in self.recompute_boxes.items():
                 box.setChecked(m in inputs.recompute_modes)
+            for name, box in self.switch_boxes.items():
+                box.setChecked(bool(getattr(inputs, name)))
             self.margin_spin.setValue(inputs.margin_percent)
             self._set_combo(self.tuning_combo, inputs.tuning)
             self.lora_rank_spin.setValue(inputs.lora_rank)
@@ -607,6 +619,8 @@ class InputPanel(QScrollArea):
         if not modes:
             errors['--recompute'] = translate('InputPanel', 'tick at least one recompute mode')
         values['recompute_modes'] = modes
+        for name, box in self.switch_boxes.items():  # a disabled switch is off
+            values[name] = box.isChecked() and box.isEnabled()
         take('margin_percent', self.margin_spin.parsed)
         values['tuning'] = self.tuning_combo.currentData()
         if values['tuning'] != 'full':
@@ -758,6 +772,12 @@ class InputPanel(QScrollArea):
                         else core_text(m))
         for z, box in self.zero_boxes.items():
             box.setEnabled(stack is None or z in stack.zero_stages)
+        # the stack's own switches: only for a stack that has them (async TP needs compile)
+        for name, box in self.switch_boxes.items():
+            box.setEnabled(stack is not None and name in stack.options)
+        compiled = self.switch_boxes['compile']
+        if not (compiled.isChecked() and compiled.isEnabled()):
+            self.switch_boxes['async_tp'].setEnabled(False)
 
     def _edited(self, *_args) -> None:
         self._show_stack_choices()
