@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from planner.errors import InputError
-from planner.hardware.catalog import find_gpu, find_interconnect
+from planner.hardware.catalog import find_gpu
 from planner.memory.recipes import RECIPES
 from planner.models.presets import find_preset
 from planner.plans.request import LayoutLimits, PlanRequest
