@@ -283,9 +283,11 @@ class PlanRequest:
         lora = self.lora is not None
         if self.framework:
             stack = STACKS[self.framework]
+            having = {f'{o}_allowed': 'off, or a stack that has it: ' + ', '.join(
+                s.key for s in STACKS.values() if o in s.options) for o in self.options}
             stack.check(precision=self.precision, zero_stages=tuple(self.zero_stages),
                         recompute_modes=tuple(self.recompute_modes), lora=lora,
-                        options=self.options)
+                        options=self.options, field_names=having)
             runs = {'tp': stack.tensor_parallel, 'pp': stack.pipeline_parallel,
                     'cp': stack.context_parallel, 'vpp': stack.virtual_stages,
                     'ep': stack.expert_parallel}

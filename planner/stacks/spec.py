@@ -152,17 +152,18 @@ class Stack:
             recompute_modes: the recompute modes asked for (checked for an overlap).
             lora: LoRA/QLoRA fine-tuning.
             options: the stack switches asked for (``compile``, ``async_tp``).
-            field_names: how the caller names the fields (default the CLI flags).
+            field_names: how the caller names the fields (default the CLI flags); a key
+                ``<option>_allowed`` says what to offer instead of a refused switch (the
+                stacks that have it; the catalog is not imported here).
         """
         names = {'precision': '--precision', 'zero': '--zero', 'recompute': '--recompute',
                  'lora': '--lora-rank', 'compile': '--compile', 'async_tp': '--async-tp',
                  **(field_names or {})}
         for option in options:
             if option not in self.options:
-                runs = ', '.join(_stacks_with(option)) or 'none'
                 raise InputError(names.get(option, option), f'the {self.key} stack has no '
                                  f'{option.replace("_", " ")} switch',
-                                 f'off, or a stack that has it: {runs}')
+                                 names.get(f'{option}_allowed', 'off'))
         if lora and not self.lora_modes:
             raise InputError(names['lora'], f'the {self.key} stack trains every weight (no '
                              'LoRA/PEFT in it)', 'a stack with LoRA: hf')
@@ -205,9 +206,3 @@ class Stack:
                 'precision_aliases': dict(self.precision_aliases),
                 'options': list(self.options), 'launchers': list(self.launchers)}
 
-
-def _stacks_with(option: str) -> list[str]:
-    """The stacks that have the switch ``option``."""
-    from planner.stacks.catalog import STACKS
-
-    return [s.key for s in STACKS.values() if option in s.options]
