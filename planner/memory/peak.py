@@ -19,7 +19,7 @@ workspaces, allocator caching) are added on top of the tensor peak as named part
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -460,7 +460,53 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
                   stage: str, sh: _Shared, state_rows: DistinctRows | None
                   ) -> dict[str, dict[str, np.ndarray]]:
     """Named parts of every phase of one pipeline stage (they sum to the phase total)."""
-    pp, rc, e = cfg.pp, cfg.recompute, r.act_bytes
+    f = _stage_figures(model, r, opt, opts, cfg, stage, sh, state_rows)
+    lora = opts.lora is not None
+    return {'forward_end': _forward_end(sh, f, lora),
+            'backward_start': _backward_start(sh, f, cfg.recompute, lora),
+            'backward_end': _backward_end(sh, f, cfg.recompute, lora),
+            'optimizer_step': {**f.static, 'gradients': f.ms.gradients,
+                               'optimizer_step_temp': f.ms.optimizer_step_temp}}
+
+
+class _Casts(NamedTuple):
+    """Autocast's low-precision weight copies on one stage (bytes)."""
+
+    head: np.ndarray  # the output head's
+    layer: np.ndarray  # one layer's
+    cached: np.ndarray  # all held at the end of forward (autocast's cache)
+    stored: np.ndarray  # all saved for backward once the cache is gone
+    bottom: np.ndarray  # the bottom layer's, during its backward
+
+
+@dataclass(frozen=True)
+class _StageFigures:
+    """What every phase of one pipeline stage is made of (bytes, arrays).
+
+    ``static`` holds the parts alive in every phase; ``top`` and ``bottom`` the ZeRO-3
+    gathers (and unsharded gradients) at the top and the bottom layer.
+    """
+
+    ms: Any  # ModelStateBytes, or its Spread over distinct rows
+    last: np.ndarray  # whether this stage computes the loss
+    first_edge: np.ndarray
+    last_saved: np.ndarray
+    acts: np.ndarray
+    loss_fwd: np.ndarray
+    loss_bwd: np.ndarray
+    casts: _Casts
+    grads_live: np.ndarray
+    head_grads: np.ndarray
+    pending: np.ndarray
+    static: dict[str, np.ndarray]
+    top: dict[str, np.ndarray]
+    bottom: dict[str, np.ndarray]
+
+
+def _stage_figures(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
+                   stage: str, sh: _Shared, state_rows: DistinctRows | None) -> _StageFigures:
+    """One stage's model states, activations, loss buffers, casts and live gradients."""
+    pp = cfg.pp
     params, ms = _model_states(model, r, opt, opts, cfg, stage, state_rows)
     first = (stage == 'first') | (pp == 1)
     last = (stage == 'last') | (pp == 1)
@@ -468,17 +514,37 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     first_edge = np.where(first, sh.edge.first_stage + sh.lora.first_delta, 0.0)
     last_saved = np.where(last, sh.edge.last_stage_saved, 0.0)
     acts = sh.layer_act * sh.layers * inflight + first_edge * inflight + last_saved
-    loss_fwd = np.where(last, sh.edge.loss_forward_peak, 0.0)
-    loss_bwd = np.where(last, sh.edge.loss_backward_peak, 0.0)
+    grads_live, head_grads, pending = _live_gradients(opts, cfg, ms)
+    # The loop's hold on the model output (the logits) spans every phase of the step.
+    held = np.where(last, sh.outputs, 0.0)
+    static = {'weights': ms.weights, 'optimizer_states': ms.optimizer_states,
+              'buffers': ms.ddp_buckets + ms.zero_buckets, 'model_outputs': held}
+    top = {'zero3_gathered': ms.zero3_gathered_top + ms.resident_params}
+    bottom = {'zero3_gathered': ms.zero3_gathered_bottom + ms.resident_after_backward,
+              'unsharded_grad': ms.unsharded_grad_bottom}
+    return _StageFigures(
+        ms=ms, last=last, first_edge=first_edge, last_saved=last_saved, acts=acts,
+        loss_fwd=np.where(last, sh.edge.loss_forward_peak, 0.0),
+        loss_bwd=np.where(last, sh.edge.loss_backward_peak, 0.0),
+        casts=_autocast_casts(model, r, opts, cfg, stage, sh, params),
+        grads_live=grads_live, head_grads=head_grads, pending=pending, static=static,
+        top=top, bottom=bottom)
 
-    # autocast keeps a low-precision copy of each weight a saved matmul reads, until that
-    # matmul's backward. Under full recompute the layers save none until recomputed, but
-    # autocast's cast cache holds every copy until the autocast region (forward and loss)
-    # exits. The cache holds ONE copy per weight (pytorch/pytorch
-    # aten/src/ATen/autocast_mode.cpp ``cached_cast``: fp32 leaves that require grad),
-    # whatever the micro-batches in flight: it is never multiplied by them. No stack
-    # with a pipeline runs autocast (FSDP2's MixedPrecisionPolicy, DeepSpeed and Megatron
-    # compute in bf16 weights directly).
+
+def _autocast_casts(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays,
+                    stage: str, sh: _Shared, params) -> _Casts:
+    """Autocast's weight copies on one stage, full training or LoRA.
+
+    autocast keeps a low-precision copy of each weight a saved matmul reads, until that
+    matmul's backward. Under full recompute the layers save none until recomputed, but
+    autocast's cast cache holds every copy until the autocast region (forward and loss)
+    exits. The cache holds ONE copy per weight (pytorch/pytorch
+    aten/src/ATen/autocast_mode.cpp ``cached_cast``: fp32 leaves that require grad),
+    whatever the micro-batches in flight: it is never multiplied by them. No stack
+    with a pipeline runs autocast (FSDP2's MixedPrecisionPolicy, DeepSpeed and Megatron
+    compute in bf16 weights directly).
+    """
+    pp, rc, e = cfg.pp, cfg.recompute, r.act_bytes
     if opts.lora is None:
         casting = r.autocast
         head_cast = e * params.head_matmul if casting else np.zeros(())
@@ -487,18 +553,23 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
             layer_cast = layer_cast - e * hf_uncast_expert_matmul(model, cfg.tp, cfg.ep)
         cached_casts = head_cast + layer_cast * sh.layers
         stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers)
-        bottom_cast = layer_cast
-    else:
-        head_cast, layer_cast, cached_casts, stored_casts = _lora_casts(
-            model, r, opts, params, rc, sh.layers,
-            np.where((stage == 'first') | (pp == 1), 1.0, 0.0))
-        # the output projection's casts (adapter, and an fp32 base's weight) are freed by
-        # its backward
-        bottom_cast = layer_cast - (e * params.layer_out_adapter if r.autocast else 0.0)
-        if r.autocast and opts.lora.frozen_bytes(r.act_bytes) == 4 \
-                and not opts.lora.quantized:
-            bottom_cast = bottom_cast - e * params.layer_out_proj
+        return _Casts(head_cast, layer_cast, cached_casts, stored_casts, layer_cast)
+    head_cast, layer_cast, cached_casts, stored_casts = _lora_casts(
+        model, r, opts, params, rc, sh.layers,
+        np.where((stage == 'first') | (pp == 1), 1.0, 0.0))
+    # the output projection's casts (adapter, and an fp32 base's weight) are freed by
+    # its backward
+    bottom_cast = layer_cast - (e * params.layer_out_adapter if r.autocast else 0.0)
+    if r.autocast and opts.lora.frozen_bytes(r.act_bytes) == 4 \
+            and not opts.lora.quantized:
+        bottom_cast = bottom_cast - e * params.layer_out_proj
+    return _Casts(head_cast, layer_cast, cached_casts, stored_casts, bottom_cast)
 
+
+def _live_gradients(opts: MemoryOptions, cfg: ConfigArrays, ms
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients alive through forward, the head's once written, and those still to come
+    at the bottom layer's backward: (live, head, pending)."""
     # Megatron keeps one contiguous gradient buffer for the whole run; torch.optim users
     # zero_grad(set_to_none=True), so gradients live from the first backward to the
     # step, i.e. during forward only when accumulating.
@@ -510,83 +581,88 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     # from the first backward to the last micro-batch's reduce-scatter.
     mode = stack.fsdp_unsharded_accumulation
     accumulating = ((mode == 'no_sync') & (cfg.grad_accum > 1)) | (
-        (mode == 'pipeline') & (pp > 1))
+        (mode == 'pipeline') & (cfg.pp > 1))
     grads_live = np.where(accumulating & (ms.unsharded_gradients > 0),
                           ms.unsharded_gradients, grads_live)
     head_grads = np.where(grads_live > 0, 0.0, ms.head_gradients)
     # At the bottom layer's MLP backward, the embedding's and most of that layer's
     # gradients are still to come.
     pending = ms.embedding_gradients + ms.bottom_layer_gradients
+    return grads_live, head_grads, pending
 
-    # The loop's hold on the model output (the logits) spans every phase of the step.
-    held = np.where(last, sh.outputs, 0.0)
-    static = {'weights': ms.weights, 'optimizer_states': ms.optimizer_states,
-              'buffers': ms.ddp_buckets + ms.zero_buckets, 'model_outputs': held}
-    top = {'zero3_gathered': ms.zero3_gathered_top + ms.resident_params}
-    bottom = {'zero3_gathered': ms.zero3_gathered_bottom + ms.resident_after_backward,
-              'unsharded_grad': ms.unsharded_grad_bottom}
-    if opts.lora is None:
+
+def _forward_end(sh: _Shared, f: _StageFigures, lora: bool) -> dict[str, np.ndarray]:
+    """The end of forward: every activation in flight, the loss's buffers (or the top
+    layer's widest point under LoRA), autocast's cache."""
+    if not lora:
         # The last layer's attention scores die before the logits are made.
-        scores_win = sh.fwd_tmp > loss_fwd
-        forward_end = {**static, **top, 'gradients': grads_live, 'activations': acts,
-                       'logits': np.where(scores_win, 0.0, loss_fwd),
-                       'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
-                       'autocast_copies': cached_casts}
-    else:
-        # The loss beside every activation, or the top layer's widest point before the
-        # final norm and the loss exist.
-        scores = sh.fwd_tmp >= sh.lora.layer_fwd_tmp
-        forward_end = {**static, **top, **_larger(
-            {'gradients': grads_live, 'activations': acts, 'logits': loss_fwd,
-             'forward_temp': sh.lora.forward_mask, 'autocast_copies': cached_casts},
-            {'gradients': grads_live, 'activations': acts - last_saved,
-             'attention_scores_temp': np.where(scores, sh.lora.layer_fwd_tmp, 0.0),
-             'forward_temp': np.where(scores, 0.0, sh.lora.layer_fwd_tmp) + sh.lora.forward_mask,
-             'autocast_copies': cached_casts})}
-    # Backward starts with the loss (its buffers beside every activation), then the top
-    # layer (loss tensors freed, the head's gradient written and its cast freed, the
-    # layer recomputed under full recompute). The larger moment counts.
-    loss_moment = {'gradients': grads_live, 'activations': acts, 'logits': loss_bwd,
-                   'autocast_copies': stored_casts}
-    layer_moment = {'gradients': grads_live + head_grads, 'activations': acts - last_saved,
+        scores_win = sh.fwd_tmp > f.loss_fwd
+        return {**f.static, **f.top, 'gradients': f.grads_live, 'activations': f.acts,
+                'logits': np.where(scores_win, 0.0, f.loss_fwd),
+                'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
+                'autocast_copies': f.casts.cached}
+    # The loss beside every activation, or the top layer's widest point before the
+    # final norm and the loss exist.
+    scores = sh.fwd_tmp >= sh.lora.layer_fwd_tmp
+    return {**f.static, **f.top, **_larger(
+        {'gradients': f.grads_live, 'activations': f.acts, 'logits': f.loss_fwd,
+         'forward_temp': sh.lora.forward_mask, 'autocast_copies': f.casts.cached},
+        {'gradients': f.grads_live, 'activations': f.acts - f.last_saved,
+         'attention_scores_temp': np.where(scores, sh.lora.layer_fwd_tmp, 0.0),
+         'forward_temp': np.where(scores, 0.0, sh.lora.layer_fwd_tmp) + sh.lora.forward_mask,
+         'autocast_copies': f.casts.cached})}
+
+
+def _backward_start(sh: _Shared, f: _StageFigures, rc: np.ndarray,
+                    lora: bool) -> dict[str, np.ndarray]:
+    """Backward starts with the loss (its buffers beside every activation), then the top
+    layer (loss tensors freed, the head's gradient written and its cast freed, the layer
+    recomputed under full recompute). The larger moment counts."""
+    casts, ms = f.casts, f.ms
+    loss_moment = {'gradients': f.grads_live, 'activations': f.acts, 'logits': f.loss_bwd,
+                   'autocast_copies': casts.stored}
+    layer_moment = {'gradients': f.grads_live + f.head_grads,
+                    'activations': f.acts - f.last_saved,
                     'backward_temp': sh.top_bwd_tmp, 'unsharded_grad': ms.unsharded_grad_top,
-                    'autocast_copies': stored_casts - head_cast
-                    + np.where(rc == 2, layer_cast, 0.0)}
-    if opts.lora is not None:
+                    'autocast_copies': casts.stored - casts.head
+                    + np.where(rc == 2, casts.layer, 0.0)}
+    if lora:
         # The top layer's MLP backward follows its output projection's (whose casts are
         # freed); under full recompute its recomputation comes first, every cast made.
         # The final norm's backward (its Python ops' fp32 temporaries) precedes both:
         # the loss gone, nothing of the top layer freed yet.
         layer_moment['autocast_copies'] = layer_moment['autocast_copies'] - (
-            layer_cast - bottom_cast)
+            casts.layer - casts.bottom)
         recomputing = {**layer_moment,
                        'backward_temp': sh.lora.top_rebuilt + sh.lora.recompute_tmp,
-                       'autocast_copies': stored_casts - head_cast
-                       + np.where(rc == 2, layer_cast, 0.0)}
-        norm_moment = {'gradients': grads_live, 'activations': acts - last_saved,
-                       'backward_temp': np.where(last, sh.edge.norm_backward_peak, 0.0),
-                       'autocast_copies': stored_casts - head_cast}
+                       'autocast_copies': casts.stored - casts.head
+                       + np.where(rc == 2, casts.layer, 0.0)}
+        norm_moment = {'gradients': f.grads_live, 'activations': f.acts - f.last_saved,
+                       'backward_temp': np.where(f.last, sh.edge.norm_backward_peak, 0.0),
+                       'autocast_copies': casts.stored - casts.head}
         layer_moment = _larger(_larger(layer_moment, recomputing, rc == 2), norm_moment)
-    backward_start = {**static, **top, **_larger(loss_moment, layer_moment)}
-    # The bottom layer's backward: its activations (recomputed under full recompute)
-    # still live, nearly every gradient written.
-    backward_end = {**static, **bottom,
-                    'gradients': np.maximum(grads_live, ms.gradients - pending),
-                    'activations': first_edge + np.where(rc == 2, sh.lora.bottom_rebuilt,
-                                                         sh.layer_act),
-                    'autocast_copies': bottom_cast, 'backward_temp': sh.bwd_tmp}
-    if opts.lora is not None:
-        # Under full recompute, the bottom layer's recomputation comes before its output
-        # projection's adapter gradients.
-        recomputing = {**backward_end, 'backward_temp': sh.lora.recompute_tmp,
-                       'autocast_copies': layer_cast,
-                       'gradients': np.maximum(grads_live, ms.gradients - pending
-                                               - ms.bottom_out_proj_gradients)}
-        backward_end = _larger(backward_end, recomputing, rc == 2)
-    optimizer_step = {**static, 'gradients': ms.gradients,
-                      'optimizer_step_temp': ms.optimizer_step_temp}
-    return {'forward_end': forward_end, 'backward_start': backward_start,
-            'backward_end': backward_end, 'optimizer_step': optimizer_step}
+    return {**f.static, **f.top, **_larger(loss_moment, layer_moment)}
+
+
+def _backward_end(sh: _Shared, f: _StageFigures, rc: np.ndarray,
+                  lora: bool) -> dict[str, np.ndarray]:
+    """The bottom layer's backward: its activations (recomputed under full recompute)
+    still live, nearly every gradient written."""
+    ms = f.ms
+    backward_end = {**f.static, **f.bottom,
+                    'gradients': np.maximum(f.grads_live, ms.gradients - f.pending),
+                    'activations': f.first_edge + np.where(rc == 2, sh.lora.bottom_rebuilt,
+                                                           sh.layer_act),
+                    'autocast_copies': f.casts.bottom, 'backward_temp': sh.bwd_tmp}
+    if not lora:
+        return backward_end
+    # Under full recompute, the bottom layer's recomputation comes before its output
+    # projection's adapter gradients.
+    recomputing = {**backward_end, 'backward_temp': sh.lora.recompute_tmp,
+                   'autocast_copies': f.casts.layer,
+                   'gradients': np.maximum(f.grads_live, ms.gradients - f.pending
+                                           - ms.bottom_out_proj_gradients)}
+    return _larger(backward_end, recomputing, rc == 2)
 
 
 def _larger(a: dict[str, np.ndarray], b: dict[str, np.ndarray],
