@@ -53,7 +53,8 @@ class LayerTerms:
         return LayerTerms(*(getattr(self, k) - getattr(other, k) for k in (
             'hidden', 'sharded', 'score', 'per_head_token', 'per_token')))
 
-    def bytes(self, b, s, t, c, sp, h, a):
+    def bytes(self, b: np.ndarray, s: np.ndarray, t: np.ndarray, c: np.ndarray,
+              sp: np.ndarray, h: int, a: int) -> np.ndarray:
         """Evaluate for arrays of micro-batch, sequence, TP, CP and SP flags."""
         tokens = b * s / c
         hidden_div = np.where(sp & (t > 1), t, 1)
@@ -133,9 +134,10 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
     else:
         hidden += 2 * res  # one norm output shared by the projections that read it
     hidden += 2 * _dropout(m.hidden_dropout) * MASK_BYTES
-    per_token = (2 + post_norms) * stats
+    per_token: float = (2 + post_norms) * stats
 
     rope = m.position_embedding == 'rotary'
+    sharded: float
     if attention == 'eager':
         if m.fused_qkv and not rope:
             qkv = e * (q + 2 * kv) + (2 * e * (q - kv) if kv < q else 0)
@@ -322,6 +324,7 @@ def lora_scores_moment(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec) -> Laye
     temporaries come on top (``memory._forward_attention_temp``).
     """
     layer = _hf_lora_layer(m, r, lora, 'eager', 'none')
+    assert layer.at_scores is not None  # eager attention, nothing recomputed: always set
     fd = lora.frozen_bytes(r.act_bytes)
     y1 = (4.0 if r.autocast else fd) if m.norm == 'layernorm' else fd
     alive = 0.0 if lora_norm_saves_input(m, r, lora) else fd
@@ -497,6 +500,7 @@ def _lora_mlp_block(w: _LoraLayerWalk, rg_h: bool) -> None:
     """The MLP block (gated or plain), its input requiring grad where ``rg_h``."""
     m, saved, ec, f = w.m, w.saved, w.ec, w.f
     y2 = w.norm('norm2', rg_h)
+    p_bytes: float
     if m.gated_mlp:
         if m.fused_gate_up:
             rg_g = rg_u = w.project('gate_up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
@@ -575,7 +579,7 @@ def lora_forward_temps(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec,
         common += fd  # the layer's input, held by the caller
 
     down_saved = lora_adapter_input_bytes(r) if down else 0.0
-    moments = []
+    shapes: list[LayerTerms] = []
     if first:
         outputs = ec + 2 * lo  # base output, adapter output and its scaled copy
         if lora.quantized:
@@ -584,9 +588,9 @@ def lora_forward_temps(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec,
         later = ec + down_saved  # the projection's own output, the product's saved copy
         if first[0] == 'gate':
             later += 2 * ec  # act(gate) and up come after
-        moments.append(LayerTerms(hidden=common + copy,
-                                  sharded=(outputs - later + grad_f) * f,
-                                  score=0.0, per_head_token=0.0, per_token=0.0))
+        shapes.append(LayerTerms(hidden=common + copy,
+                                 sharded=(outputs - later + grad_f) * f,
+                                 score=0.0, per_head_token=0.0, per_token=0.0))
     if down:
         shared = _adapter_input_shared(r, lora, p_bytes)
         wide = (0.0 if shared else p_bytes) + (4.0 if (peft_copy and ac and p_bytes != 4)
@@ -594,9 +598,9 @@ def lora_forward_temps(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec,
         outputs = ec if recompute else ec + 2 * lo
     else:
         wide, outputs = p_bytes, (0.0 if recompute else ec)
-    moments.append(LayerTerms(hidden=common + outputs, sharded=(wide + grad_f) * f,
-                              score=0.0, per_head_token=0.0, per_token=0.0))
-    moments = [(moment, 0.0) for moment in moments]
+    shapes.append(LayerTerms(hidden=common + outputs, sharded=(wide + grad_f) * f,
+                             score=0.0, per_head_token=0.0, per_token=0.0))
+    moments = [(moment, 0.0) for moment in shapes]
     if lora.quantized:
         # bitsandbytes' matmuls dequantize the weight beside the base output: at the
         # input projection (up) and at the output projection, whose input is alive
@@ -679,7 +683,8 @@ class EdgeBytes:
     norm_backward_peak: np.ndarray = field(default_factory=lambda: np.zeros(()))
 
 
-def edge_bytes(m: ModelSpec, r: PrecisionRecipe, loss: str, b, s, t, c, sp,
+def edge_bytes(m: ModelSpec, r: PrecisionRecipe, loss: str, b: np.ndarray, s: np.ndarray,
+               t: np.ndarray, c: np.ndarray, sp: np.ndarray,
                lora: LoraSpec | None = None) -> EdgeBytes:
     """Embedding-side and loss-side activations (the logits and the cross-entropy's
     buffers; Megatron-LM megatron/training/theoretical_memory_usage.py for the fused loss).
