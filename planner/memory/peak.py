@@ -36,6 +36,7 @@ from planner.limits import check_figure
 from planner.memory.activations import (
     RECOMPUTE_CODES,
     EdgeBytes,
+    LayerTerms,
     edge_bytes,
     lora_dequant_bytes,
     lora_first_layer_delta,
@@ -47,11 +48,13 @@ from planner.memory.activations import (
 from planner.memory.model_outputs import model_output_bytes
 from planner.memory.model_states import (
     OFFLOAD_CODES,
+    ModelStateBytes,
+    StageParams,
     hf_uncast_expert_matmul,
     model_state_bytes,
     stage_params,
 )
-from planner.memory.recipes import OPTIMIZERS, RECIPES
+from planner.memory.recipes import OPTIMIZERS, RECIPES, OptimizerKind, PrecisionRecipe
 from planner.memory.stack_activations import stack_layer_terms
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
@@ -166,13 +169,14 @@ class MemoryArrays:
         """
         n = np.shape(self.total_bytes)
 
-        def pick(value):
+        def pick(value: np.ndarray) -> np.ndarray:
             return np.broadcast_to(value, n)[rows]
 
-        return MemoryArrays(**{
+        picked: dict[str, Any] = {
             f.name: ({k: pick(v) for k, v in value.items()} if isinstance(value, dict)
                      else pick(value))
-            for f in fields(self) for value in [getattr(self, f.name)]})
+            for f in fields(self) for value in [getattr(self, f.name)]}
+        return MemoryArrays(**picked)
 
     def __len__(self) -> int:
         return int(np.size(self.total_bytes))
@@ -183,7 +187,7 @@ class MemoryArrays:
         one grid's ``components`` counts 0 there)."""
         flat = [p.take(np.arange(np.size(p.total_bytes))) for p in parts]
 
-        def join(name: str):
+        def join(name: str) -> np.ndarray | dict[str, np.ndarray]:
             values = [getattr(p, name) for p in flat]
             if isinstance(values[0], dict):
                 keys = dict.fromkeys(k for v in values for k in v)
@@ -191,7 +195,8 @@ class MemoryArrays:
                 return {k: np.concatenate([v.get(k, np.zeros(np.size(p.total_bytes)))
                                            for v, p in pairs]) for k in keys}
             return np.concatenate(values)
-        return MemoryArrays(**{f.name: join(f.name) for f in fields(MemoryArrays)})
+        joined: dict[str, Any] = {f.name: join(f.name) for f in fields(MemoryArrays)}
+        return MemoryArrays(**joined)
 
 
 def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
@@ -268,7 +273,7 @@ def _float_sizes(cfg: ConfigArrays) -> ConfigArrays:
                    seq_len=np.asarray(cfg.seq_len, float))
 
 
-def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays,
+def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, cfg: ConfigArrays,
                      layers: np.ndarray, inflight: np.ndarray) -> _Shared:
     """The activation figures of one micro-batch, evaluated once per distinct
     :func:`_token_rows` row and spread to every configuration."""
@@ -278,9 +283,10 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
     sp = np.asarray(at.sequence_parallel, bool)
     lora = opts.lora if STACKS[opts.framework].kernels == 'hf' else None
     layer_act, layer_full = _layer_activations(model, r, opts, at)
-    edge = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
+    edge: EdgeBytes | Spread = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
     bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp, lora)
     fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c, r, lora)
+    extra: _LoraExtras | Spread
     if lora is None:
         zero = np.zeros(())
         # Eager attention's (b, 1, s, s) masks, in the residual stream's dtype, are inputs
@@ -308,8 +314,9 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
                    fwd_tmp=extra.fwd_tmp, lora=extra, outputs=outputs)
 
 
-def _model_states(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
-                  stage: str, rows: DistinctRows | None):
+def _model_states(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
+                  opts: MemoryOptions, cfg: ConfigArrays, stage: str, rows: DistinctRows | None
+                  ) -> tuple[StageParams | Spread, ModelStateBytes | Spread]:
     """One stage's parameters and model-state bytes for every configuration, evaluated
     once per distinct :func:`_state_rows` row (``rows``; None: on every row)."""
     at = _picked(cfg, rows)
@@ -329,11 +336,11 @@ class _Shared:
     layer_full: np.ndarray  # one layer's saved bytes without recompute
     layers: np.ndarray  # layers on the most loaded stage
     inflight: np.ndarray  # micro-batches in flight on the first stage
-    edge: EdgeBytes
+    edge: EdgeBytes | Spread  # Spread: computed on the distinct rows
     bwd_tmp: np.ndarray  # a layer's backward temporaries
     top_bwd_tmp: np.ndarray  # the top layer's, with its recomputation
     fwd_tmp: np.ndarray  # eager attention scores before the softmax
-    lora: _LoraExtras  # what PEFT LoRA changes (neutral values without it)
+    lora: _LoraExtras | Spread  # what PEFT LoRA changes (neutral values without it)
     outputs: np.ndarray  # the model output the training loop holds (logits or nothing)
 
 
@@ -349,8 +356,9 @@ class _LoraExtras(NamedTuple):
     bottom_rebuilt: np.ndarray  # the bottom layer's, with its input
 
 
-def _lora_extras(model: ModelSpec, r, lora: LoraSpec, attention: str, cfg: ConfigArrays,
-                 layer_full, scores_tmp) -> _LoraExtras:
+def _lora_extras(model: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: str,
+                 cfg: ConfigArrays, layer_full: np.ndarray, scores_tmp: np.ndarray
+                 ) -> _LoraExtras:
     """The moments and corrections of a PEFT LoRA step (see ``activations``).
 
     * The bottom layer saves less when the embedding output does not require grad (no
@@ -370,7 +378,7 @@ def _lora_extras(model: ModelSpec, r, lora: LoraSpec, attention: str, cfg: Confi
     fd = lora.frozen_bytes(r.act_bytes)
     hidden_tokens = b * s / c * h / np.where(sp & (t > 1), t, 1)
 
-    def terms(lt) -> np.ndarray:
+    def terms(lt: LayerTerms) -> np.ndarray:
         return lt.bytes(b, s, t, c, sp, h, a)
 
     first_delta = np.choose(rc, np.broadcast_arrays(*(
@@ -409,7 +417,7 @@ def _lora_extras(model: ModelSpec, r, lora: LoraSpec, attention: str, cfg: Confi
                        bottom_rebuilt=np.asarray(bottom_rebuilt, float))
 
 
-def _layer_activations(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
+def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, cfg: ConfigArrays
                        ) -> tuple[np.ndarray, np.ndarray]:
     """Saved activations of one layer: (under each row's recompute mode, without recompute)."""
     # PEFT LoRA changes what the Hugging Face modules save; Megatron's kernels are
@@ -456,9 +464,9 @@ def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) 
     return states + layer_act * layers * _inflight(cfg)
 
 
-def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
-                  stage: str, sh: _Shared, state_rows: DistinctRows | None
-                  ) -> dict[str, dict[str, np.ndarray]]:
+def _stage_phases(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
+                  opts: MemoryOptions, cfg: ConfigArrays, stage: str, sh: _Shared,
+                  state_rows: DistinctRows | None) -> dict[str, dict[str, np.ndarray]]:
     """Named parts of every phase of one pipeline stage (they sum to the phase total)."""
     f = _stage_figures(model, r, opt, opts, cfg, stage, sh, state_rows)
     lora = opts.lora is not None
@@ -487,7 +495,7 @@ class _StageFigures:
     gathers (and unsharded gradients) at the top and the bottom layer.
     """
 
-    ms: Any  # ModelStateBytes, or its Spread over distinct rows
+    ms: ModelStateBytes | Spread  # Spread: computed on the distinct rows
     last: np.ndarray  # whether this stage computes the loss
     first_edge: np.ndarray
     last_saved: np.ndarray
@@ -503,8 +511,9 @@ class _StageFigures:
     bottom: dict[str, np.ndarray]
 
 
-def _stage_figures(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
-                   stage: str, sh: _Shared, state_rows: DistinctRows | None) -> _StageFigures:
+def _stage_figures(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
+                   opts: MemoryOptions, cfg: ConfigArrays, stage: str, sh: _Shared,
+                   state_rows: DistinctRows | None) -> _StageFigures:
     """One stage's model states, activations, loss buffers, casts and live gradients."""
     pp = cfg.pp
     params, ms = _model_states(model, r, opt, opts, cfg, stage, state_rows)
@@ -531,8 +540,9 @@ def _stage_figures(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArr
         top=top, bottom=bottom)
 
 
-def _autocast_casts(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays,
-                    stage: str, sh: _Shared, params) -> _Casts:
+def _autocast_casts(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions,
+                    cfg: ConfigArrays, stage: str, sh: _Shared,
+                    params: StageParams | Spread) -> _Casts:
     """Autocast's weight copies on one stage, full training or LoRA.
 
     autocast keeps a low-precision copy of each weight a saved matmul reads, until that
@@ -545,7 +555,8 @@ def _autocast_casts(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays,
     compute in bf16 weights directly).
     """
     pp, rc, e = cfg.pp, cfg.recompute, r.act_bytes
-    if opts.lora is None:
+    lora = opts.lora
+    if lora is None:
         casting = r.autocast
         head_cast = e * params.head_matmul if casting else np.zeros(())
         layer_cast = e * params.layer_matmul if casting else np.zeros(())
@@ -555,18 +566,17 @@ def _autocast_casts(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays,
         stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers)
         return _Casts(head_cast, layer_cast, cached_casts, stored_casts, layer_cast)
     head_cast, layer_cast, cached_casts, stored_casts = _lora_casts(
-        model, r, opts, params, rc, sh.layers,
+        model, r, lora, opts.attention, params, rc, sh.layers,
         np.where((stage == 'first') | (pp == 1), 1.0, 0.0))
     # the output projection's casts (adapter, and an fp32 base's weight) are freed by
     # its backward
     bottom_cast = layer_cast - (e * params.layer_out_adapter if r.autocast else 0.0)
-    if r.autocast and opts.lora.frozen_bytes(r.act_bytes) == 4 \
-            and not opts.lora.quantized:
+    if r.autocast and lora.frozen_bytes(r.act_bytes) == 4 and not lora.quantized:
         bottom_cast = bottom_cast - e * params.layer_out_proj
     return _Casts(head_cast, layer_cast, cached_casts, stored_casts, bottom_cast)
 
 
-def _live_gradients(opts: MemoryOptions, cfg: ConfigArrays, ms
+def _live_gradients(opts: MemoryOptions, cfg: ConfigArrays, ms: ModelStateBytes | Spread
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients alive through forward, the head's once written, and those still to come
     at the bottom layer's backward: (live, head, pending)."""
@@ -666,7 +676,7 @@ def _backward_end(sh: _Shared, f: _StageFigures, rc: np.ndarray,
 
 
 def _larger(a: dict[str, np.ndarray], b: dict[str, np.ndarray],
-            b_happens=True) -> dict[str, np.ndarray]:
+            b_happens: bool | np.ndarray = True) -> dict[str, np.ndarray]:
     """Per configuration, the parts of whichever moment has the larger total.
 
     ``b_happens``: where ``b`` is a moment of the step at all (else ``a``).
@@ -676,8 +686,10 @@ def _larger(a: dict[str, np.ndarray], b: dict[str, np.ndarray],
             for name in dict.fromkeys([*a, *b])}
 
 
-def _lora_casts(model: ModelSpec, r, opts: MemoryOptions, params, rc, layers_inflight,
-                bottom_layers):
+def _lora_casts(model: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: str,
+                params: StageParams | Spread, rc: np.ndarray, layers_inflight: np.ndarray,
+                bottom_layers: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Autocast's weight copies under LoRA: (head, one layer's, at forward end, stored).
 
     The fp32 adapters are leaves that require grad, so autocast caches their bf16 copies
@@ -689,7 +701,6 @@ def _lora_casts(model: ModelSpec, r, opts: MemoryOptions, params, rc, layers_inf
     (``bottom_layers`` counts those layers on this stage: the in-flight micro-batches).
     """
     zero = np.zeros(())
-    lora = opts.lora
     if not r.autocast:
         return zero, zero, zero, zero
     e = r.act_bytes
@@ -698,8 +709,8 @@ def _lora_casts(model: ModelSpec, r, opts: MemoryOptions, params, rc, layers_inf
     if fp32_base:
         head_cast = e * params.head_matmul
         base_cast = e * params.layer_matmul
-        every = lora_saved_base_casts(model, r, lora, opts.attention)
-        skipped = 1 - lora_saved_base_casts(model, r, lora, opts.attention,
+        every = lora_saved_base_casts(model, r, lora, attention)
+        skipped = 1 - lora_saved_base_casts(model, r, lora, attention,
                                             input_grad=False) / every
         bottom = -base_cast * skipped * np.where(rc == 2, 0.0, bottom_layers)
     else:
@@ -710,7 +721,8 @@ def _lora_casts(model: ModelSpec, r, opts: MemoryOptions, params, rc, layers_inf
     return head_cast, adapters + base_cast, cached, stored
 
 
-def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp,
+def _layer_backward_temp(m: ModelSpec, r: PrecisionRecipe, b: np.ndarray, s: np.ndarray,
+                         t: np.ndarray, c: np.ndarray, sp: np.ndarray,
                          lora: LoraSpec | None = None) -> np.ndarray:
     """Gradients alive while one layer runs backward, beyond the activations it frees.
 
@@ -753,7 +765,8 @@ def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp,
     return residual + wide
 
 
-def _forward_attention_temp(m: ModelSpec, attention: str, b, s, t, c, r=None,
+def _forward_attention_temp(m: ModelSpec, attention: str, b: np.ndarray, s: np.ndarray,
+                            t: np.ndarray, c: np.ndarray, r: PrecisionRecipe,
                             lora: LoraSpec | None = None) -> np.ndarray:
     """Eager attention's fp32 scores and their masked copy, alive before the softmax.
 
@@ -823,7 +836,7 @@ def estimate(model: ModelSpec, setup: TrainingSetup, gpu: GpuSpec | None = None,
     arrays = estimate_arrays(model, MemoryOptions.from_setup(setup),
                              ConfigArrays.from_setup(setup), overheads)
 
-    def scalar(x, what: str) -> int:
+    def scalar(x: np.ndarray, what: str) -> int:
         # the final guard: a figure that is not finite and >= 0 is an error, never shown
         return round(check_figure(what, float(np.asarray(x))))
 
