@@ -37,6 +37,7 @@ from planner.defaults import (
     DEFAULT_FRAMEWORK,
     DEFAULT_OPTIMIZER,
     DEFAULT_PRECISION,
+    RECOMPUTE_MODES,
 )
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
@@ -52,8 +53,6 @@ from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
 from planner.timing.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
-
-RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')  # index = recompute code
 
 
 @dataclass(frozen=True)
