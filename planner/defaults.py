@@ -18,3 +18,14 @@ DEFAULT_ATTENTION = 'flash'
 # Fraction of GPU memory kept free for what no model predicts (fragmentation, other
 # processes); 5 % is a default until a calibration profile measures the machine.
 DEFAULT_MARGIN_FRACTION = 0.05
+
+# What a plan search tries and how it reports, unless told otherwise: PlanAsk,
+# PlanRequest, `batchfit plan`'s flags and the app's fields all start from these.
+# Every ZeRO stage: 0 DDP (FSDP no-shard), 1 optimizer states, 2 gradients (FSDP
+# grad-op), 3 weights (FSDP full-shard).
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+# Every mode, in the order of the recompute codes the estimator and step time index by.
+RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')
+SORT_KEYS: tuple[str, ...] = ('time', 'cost', 'gpus', 'headroom')
+DEFAULT_SORT_KEY = 'time'  # time-to-train
+DEFAULT_TOP_K = 10  # candidates a plan reports

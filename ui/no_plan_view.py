@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from planner.defaults import RECOMPUTE_MODES, ZERO_STAGES
 from planner.units import GIB
 from ui.i18n import QT_TRANSLATE_NOOP, translate
 
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 
 MAX_NODES_FACTOR = 64  # more nodes are tried up to this multiple of the nodes given
 MAX_GPU_SIZES = 4  # larger GPUs tried: one per memory size, the smallest sizes first
-ALL_ZERO = (0, 1, 2, 3)
-ALL_RECOMPUTE = ('none', 'selective', 'full')
+ALL_ZERO = ZERO_STAGES
+ALL_RECOMPUTE = RECOMPUTE_MODES
 HEADLINES = {
     'no_fit': QT_TRANSLATE_NOOP('NoPlan', 'Nothing fits in GPU memory'),
     'no_factorisation': QT_TRANSLATE_NOOP('NoPlan', 'No layout reaches this global batch '

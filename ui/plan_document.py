@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from planner.defaults import DEFAULT_ATTENTION, DEFAULT_SORT_KEY
 from planner.errors import InputError
 from ui.plan_inputs import LORA_TARGETS, PlanInputs
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 # What ``batchfit plan`` can set but the window does not offer; the window plans with
 # these defaults, and says so when a file used another value.
-_WINDOW_DEFAULTS = {'attention': 'flash', 'sort_by': 'time'}
+_WINDOW_DEFAULTS = {'attention': DEFAULT_ATTENTION, 'sort_by': DEFAULT_SORT_KEY}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,12 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from planner.defaults import DEFAULT_MARGIN_FRACTION, DEFAULT_OPTIMIZER
+from planner.defaults import (
+    DEFAULT_MARGIN_FRACTION,
+    DEFAULT_OPTIMIZER,
+    RECOMPUTE_MODES,
+    ZERO_STAGES,
+)
 from planner.errors import InputError
 
 if TYPE_CHECKING:
@@ -88,8 +93,8 @@ class PlanInputs:
     framework: str = ''  # every stack
     precision: str = ''  # each stack's own recipe
     optimizer: str = DEFAULT_OPTIMIZER
-    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
-    recompute_modes: tuple[str, ...] = ('none', 'selective', 'full')
+    zero_stages: tuple[int, ...] = ZERO_STAGES
+    recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
     margin_percent: float = DEFAULT_MARGIN_FRACTION * 100
     price_per_gpu_hour_usd: float | None = None
     base_lr: float | None = None

@@ -26,6 +26,7 @@ from planner.cli.export import add_export_commands
 from planner.cli.gpus import add_gpus_command
 from planner.cli.paths import add_paths_command
 from planner.cli.plan import add_plan_command
+from planner.defaults import ZERO_STAGES
 from planner.errors import InputError
 from planner.memory.training import OFFLOAD_MODES, RECOMPUTE_MODES, TrainingSetup, check_fits_model
 
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         est.add_argument(flag, type=positive_int(flag), default=1)
     est.add_argument('--no-sp', dest='sequence_parallel', action='store_false',
                      help='no sequence parallelism with TP (replicate norms and dropout)')
-    est.add_argument('--zero', type=int, choices=(0, 1, 2, 3), default=0,
+    est.add_argument('--zero', type=int, choices=ZERO_STAGES, default=0,
                      help='ZeRO stage (= FSDP no-shard / grad-op / full-shard)')
     est.add_argument('--offload', choices=OFFLOAD_MODES, default='none')
     est.add_argument('--recompute', choices=RECOMPUTE_MODES, default='none')

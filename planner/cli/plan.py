@@ -29,7 +29,13 @@ from planner.cli.args import (
     word_list,
 )
 from planner.cli.export import add_save_export_args, save_and_export
-from planner.memory.training import RECOMPUTE_MODES  # the same order as planner.timing.step_time's
+from planner.defaults import (
+    DEFAULT_SORT_KEY,
+    DEFAULT_TOP_K,
+    RECOMPUTE_MODES,
+    SORT_KEYS,
+    ZERO_STAGES,
+)
 from planner.units import DAY, GIB, si
 
 if TYPE_CHECKING:
@@ -74,7 +80,7 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     length.add_argument('--samples', type=count('--samples'), help='sequences in the data set')
     p.add_argument('--epochs', type=positive_number('--epochs'), default=None,
                    help='passes over --samples (default 1)')
-    p.add_argument('--zero', type=int_list('--zero', (0, 1, 2, 3)), default=(0, 1, 2, 3),
+    p.add_argument('--zero', type=int_list('--zero', ZERO_STAGES), default=ZERO_STAGES,
                    help='ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)')
     p.add_argument('--recompute', type=word_list('--recompute', RECOMPUTE_MODES),
                    default=RECOMPUTE_MODES, help='recompute modes to try (default all)')
@@ -90,8 +96,9 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help='measured gradient noise scale (critical batch), in tokens')
     p.add_argument('--price', type=positive_number('--price'),
                    help='USD per GPU-hour (default: the catalog price)')
-    p.add_argument('--top', type=positive_int('--top'), default=10, help='rows to show')
-    p.add_argument('--sort', choices=('time', 'cost', 'gpus', 'headroom'), default='time',
+    p.add_argument('--top', type=positive_int('--top'), default=DEFAULT_TOP_K,
+                   help='rows to show')
+    p.add_argument('--sort', choices=SORT_KEYS, default=DEFAULT_SORT_KEY,
                    help='rank by time-to-train (default), cost, GPUs used or memory headroom')
     for axis in ('tp', 'pp', 'cp', 'vpp', 'micro-batch'):
         p.add_argument(f'--max-{axis}', type=positive_int(f'--max-{axis}'),

@@ -53,7 +53,8 @@ class LayerTerms:
         return LayerTerms(*(getattr(self, k) - getattr(other, k) for k in (
             'hidden', 'sharded', 'score', 'per_head_token', 'per_token')))
 
-    def bytes(self, b, s, t, c, sp, h, a):
+    def bytes(self, b: np.ndarray, s: np.ndarray, t: np.ndarray, c: np.ndarray,
+              sp: np.ndarray, h: int, a: int) -> np.ndarray:
         """Evaluate for arrays of micro-batch, sequence, TP, CP and SP flags."""
         tokens = b * s / c
         hidden_div = np.where(sp & (t > 1), t, 1)
@@ -133,9 +134,10 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
     else:
         hidden += 2 * res  # one norm output shared by the projections that read it
     hidden += 2 * _dropout(m.hidden_dropout) * MASK_BYTES
-    per_token = (2 + post_norms) * stats
+    per_token: float = (2 + post_norms) * stats
 
     rope = m.position_embedding == 'rotary'
+    sharded: float
     if attention == 'eager':
         if m.fused_qkv and not rope:
             qkv = e * (q + 2 * kv) + (2 * e * (q - kv) if kv < q else 0)
@@ -322,6 +324,7 @@ def lora_scores_moment(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec) -> Laye
     temporaries come on top (``memory._forward_attention_temp``).
     """
     layer = _hf_lora_layer(m, r, lora, 'eager', 'none')
+    assert layer.at_scores is not None  # eager attention, nothing recomputed: always set
     fd = lora.frozen_bytes(r.act_bytes)
     y1 = (4.0 if r.autocast else fd) if m.norm == 'layernorm' else fd
     alive = 0.0 if lora_norm_saves_input(m, r, lora) else fd
@@ -364,26 +367,43 @@ def _hf_lora_layer(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: 
     requires grad (whose autocast copy a linear saves, when the base is fp32), and for
     eager attention what is saved when the scores are computed.
     """
-    fd = lora.frozen_bytes(r.act_bytes)
-    ac = r.autocast
-    ec = r.act_bytes if ac else fd  # what matmuls and the ops between them produce
-    q, kv = m.q_size, m.kv_size
-    f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
     if recompute == 'full':
         # checkpoint() keeps the layer's input; the rest is rebuilt in backward.
-        return _LoraLayer(LayerTerms(hidden=fd, sharded=0.0, score=0.0, per_head_token=0.0,
-                                     per_token=0.0), 0.0, None)
-    adapted = lora.adapted(m)
-    saved = _Saved()
-    h = m.hidden_size
-    fans = {'q': (h, q), 'k': (h, kv), 'v': (h, kv), 'qkv': (h, q + 2 * kv), 'o': (q, h),
-            'gate': (h, f), 'up': (h, f), 'gate_up': (h, 2 * f), 'down': (f, h)}
-    casts = [0.0]
-    hid_drop = _dropout(m.hidden_dropout)
+        return _LoraLayer(LayerTerms(hidden=lora.frozen_bytes(r.act_bytes), sharded=0.0,
+                                     score=0.0, per_head_token=0.0, per_token=0.0), 0.0, None)
+    w = _LoraLayerWalk(m, r, lora)
+    rg_o, per_head, at_scores = _lora_attention_block(w, attention, recompute, input_grad)
+    _lora_mlp_block(w, input_grad or rg_o)
+    terms = w.saved.layer_terms()
+    return _LoraLayer(LayerTerms(hidden=terms.hidden, sharded=terms.sharded,
+                                 score=terms.score, per_head_token=per_head,
+                                 per_token=terms.per_token), w.casts, at_scores)
 
-    def norm(name: str, rg: bool) -> float:
+
+class _LoraLayerWalk:
+    """One LoRA layer walked op by op: what it saves so far and the frozen weight
+    elements whose input requires grad (``casts``)."""
+
+    def __init__(self, m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec) -> None:
+        self.m, self.r, self.lora = m, r, lora
+        self.fd = lora.frozen_bytes(r.act_bytes)
+        self.ac = r.autocast
+        self.ec = r.act_bytes if self.ac else self.fd  # what matmuls and the ops between produce
+        self.q, self.kv = m.q_size, m.kv_size
+        self.f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
+        self.adapted = lora.adapted(m)
+        self.saved = _Saved()
+        h, q, kv, f = m.hidden_size, self.q, self.kv, self.f
+        self.fans = {'q': (h, q), 'k': (h, kv), 'v': (h, kv), 'qkv': (h, q + 2 * kv),
+                     'o': (q, h), 'gate': (h, f), 'up': (h, f), 'gate_up': (h, 2 * f),
+                     'down': (f, h)}
+        self.casts = 0.0
+        self.hid_drop = _dropout(m.hidden_dropout)
+
+    def norm(self, name: str, rg: bool) -> float:
         """Save what a frozen norm keeps; return its output's bytes per element."""
-        if m.norm == 'layernorm':
+        ac, fd, saved = self.ac, self.fd, self.saved
+        if self.m.norm == 'layernorm':
             # native_layer_norm keeps its input (cast to fp32 under CUDA autocast's fp32
             # policy) and fp32 mean and rstd; its output is fp32 under autocast.
             if rg:
@@ -395,82 +415,98 @@ def _hf_lora_layer(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: 
             saved.add(f'{name}.rstd', 'per_token', 4.0)
         return fd
 
-    def project(name: str, x: str, x_bytes: float, bucket: str, width: float,
+    def project(self, name: str, x: str, x_bytes: float, bucket: str, width: float,
                 rg_x: bool) -> bool:
         """A frozen projection, adapted or not; returns whether its output requires grad."""
         if rg_x:
-            casts[0] += fans[name][0] * fans[name][1]
-        if name not in adapted:
+            self.casts += self.fans[name][0] * self.fans[name][1]
+        if name not in self.adapted:
             return rg_x
-        size = lora_adapter_input_bytes(r)
-        key = x if _adapter_input_shared(r, lora, x_bytes) else f'{name}.lora_in'
-        saved.add(key, bucket, size * width)
-        saved.add(f'{name}.lora_mid', 'per_token', (2.0 if ac else 4.0) * lora.rank)
+        size = lora_adapter_input_bytes(self.r)
+        key = x if _adapter_input_shared(self.r, self.lora, x_bytes) else f'{name}.lora_in'
+        self.saved.add(key, bucket, size * width)
+        self.saved.add(f'{name}.lora_mid', 'per_token', (2.0 if self.ac else 4.0) * self.lora.rank)
         return True
 
-    # Attention block.
-    rg_x = input_grad
-    y1 = norm('norm1', rg_x)
+
+def _lora_attention_block(w: _LoraLayerWalk, attention: str, recompute: str,
+                          rg_x: bool) -> tuple[bool, float, LayerTerms | None]:
+    """The attention block: (whether o_proj's output requires grad, the per-head-token
+    bytes, what is saved when eager attention's scores are made)."""
+    m = w.m
+    y1 = w.norm('norm1', rg_x)
     if m.fused_qkv:
-        rg_q = rg_k = rg_v = project('qkv', 'norm1.out', y1, 'hidden', 1.0, rg_x)
+        rg_q = rg_k = rg_v = w.project('qkv', 'norm1.out', y1, 'hidden', 1.0, rg_x)
     else:
-        rg_q, rg_k, rg_v = (project(p, 'norm1.out', y1, 'hidden', 1.0, rg_x)
+        rg_q, rg_k, rg_v = (w.project(p, 'norm1.out', y1, 'hidden', 1.0, rg_x)
                             for p in ('q', 'k', 'v'))
     rg_any = rg_q or rg_k or rg_v
-    rope = m.position_embedding == 'rotary'
     per_head = 0.0
     at_scores = None
     if attention != 'eager':
         # q, k, v and the kernel's output (o_proj's input, no copy), the log-sum-exp.
         if rg_any:
-            saved.add('q', 'sharded', ec * q)
-            saved.add('k', 'sharded', ec * kv)
-            saved.add('v', 'sharded', ec * kv)
-            saved.add('attn.out', 'sharded', ec * q)
+            w.saved.add('q', 'sharded', w.ec * w.q)
+            w.saved.add('k', 'sharded', w.ec * w.kv)
+            w.saved.add('v', 'sharded', w.ec * w.kv)
+            w.saved.add('attn.out', 'sharded', w.ec * w.q)
             per_head = 4.0 if attention == 'flash' else 0.0
         rg_out = rg_any
     else:
-        rg_s = rg_q or rg_k  # the scores
-        if m.fused_qkv and not rope:
-            # q, k, v are views of one output: any of them saved keeps it all.
-            if rg_any:
-                saved.add('qkv', 'sharded', ec * (q + 2 * kv)
-                          + (2 * ec * (q - kv) if kv < q else 0))
-        else:
-            if rg_k:
-                saved.add('q', 'sharded', ec * q)  # for k's gradient
-            if rg_q:
-                saved.add('k_rep', 'sharded', ec * q)  # repeat_kv's full-width copy
-            if rg_s:
-                saved.add('v_rep', 'sharded', ec * q)
-        at_scores = saved.layer_terms()
-        drop = _dropout(m.attention_dropout)
-        softmax = 4 if (m.softmax_fp32 or ac) else ec
-        if recompute != 'selective':
-            if rg_s:
-                saved.add('softmax', 'score', softmax)  # softmax saves its output
-                saved.add('drop_mask', 'score', drop * MASK_BYTES)
-            if rg_v:
-                # what the AV matmul reads: the softmax output itself, or its cast (or
-                # dropout's output)
-                if ec != softmax or drop:
-                    saved.add('probs', 'score', ec)
-                else:
-                    saved.add('softmax', 'score', softmax)
-        rg_out = rg_s or rg_v
-    rg_o = project('o', 'attn.out', ec, 'sharded', q, rg_out)
-    if rg_o and hid_drop:
-        saved.add('attn.drop', 'hidden', MASK_BYTES)
+        at_scores = _lora_eager_attention(w, recompute, rg_q, rg_k, rg_v)
+        rg_out = rg_q or rg_k or rg_v
+    rg_o = w.project('o', 'attn.out', w.ec, 'sharded', w.q, rg_out)
+    if rg_o and w.hid_drop:
+        w.saved.add('attn.drop', 'hidden', MASK_BYTES)
+    return rg_o, per_head, at_scores
 
-    # MLP block.
-    rg_h = rg_x or rg_o
-    y2 = norm('norm2', rg_h)
+
+def _lora_eager_attention(w: _LoraLayerWalk, recompute: str, rg_q: bool, rg_k: bool,
+                          rg_v: bool) -> LayerTerms:
+    """Eager attention's saves (repeat_kv's copies, the softmax, dropout, the
+    probabilities); returns what is saved when the scores are made."""
+    m, saved, ec, q, kv = w.m, w.saved, w.ec, w.q, w.kv
+    rg_s = rg_q or rg_k  # the scores
+    if m.fused_qkv and m.position_embedding != 'rotary':
+        # q, k, v are views of one output: any of them saved keeps it all.
+        if rg_q or rg_k or rg_v:
+            saved.add('qkv', 'sharded', ec * (q + 2 * kv)
+                      + (2 * ec * (q - kv) if kv < q else 0))
+    else:
+        if rg_k:
+            saved.add('q', 'sharded', ec * q)  # for k's gradient
+        if rg_q:
+            saved.add('k_rep', 'sharded', ec * q)  # repeat_kv's full-width copy
+        if rg_s:
+            saved.add('v_rep', 'sharded', ec * q)
+    at_scores = saved.layer_terms()
+    drop = _dropout(m.attention_dropout)
+    softmax = 4 if (m.softmax_fp32 or w.ac) else ec
+    if recompute != 'selective':
+        if rg_s:
+            saved.add('softmax', 'score', softmax)  # softmax saves its output
+            saved.add('drop_mask', 'score', drop * MASK_BYTES)
+        if rg_v:
+            # what the AV matmul reads: the softmax output itself, or its cast (or
+            # dropout's output)
+            if ec != softmax or drop:
+                saved.add('probs', 'score', ec)
+            else:
+                saved.add('softmax', 'score', softmax)
+    return at_scores
+
+
+def _lora_mlp_block(w: _LoraLayerWalk, rg_h: bool) -> None:
+    """The MLP block (gated or plain), its input requiring grad where ``rg_h``."""
+    m, saved, ec, f = w.m, w.saved, w.ec, w.f
+    y2 = w.norm('norm2', rg_h)
+    p_bytes: float
     if m.gated_mlp:
         if m.fused_gate_up:
-            rg_g = rg_u = project('gate_up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
+            rg_g = rg_u = w.project('gate_up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
         else:
-            rg_g = project('gate', 'norm2.out', y2, 'hidden', 1.0, rg_h)
-            rg_u = project('up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
+            rg_g = w.project('gate', 'norm2.out', y2, 'hidden', 1.0, rg_h)
+            rg_u = w.project('up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
         if rg_g:
             saved.add('gate', 'sharded', ec * f)  # the activation's input
             saved.add('up', 'sharded', ec * f)  # for act(gate)'s gradient
@@ -478,22 +514,18 @@ def _hf_lora_layer(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: 
             saved.add('act', 'sharded', ec * f)  # for up's gradient
         rg_p, p_bytes = rg_g or rg_u, ec
     else:
-        rg_p = project('up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
+        rg_p = w.project('up', 'norm2.out', y2, 'hidden', 1.0, rg_h)
         if rg_p:
             if m.python_gelu:
                 # x, tanh, 0.5·x, 1 + tanh (x³'s input, tanh and 1 + tanh in fp32 under
                 # CUDA autocast, which runs pow in fp32)
-                saved.add('gelu', 'sharded', ((12 + ec) if ac else 4 * ec) * f)
+                saved.add('gelu', 'sharded', ((12 + ec) if w.ac else 4 * ec) * f)
             else:
                 saved.add('fc1.out', 'sharded', ec * f)
-        p_bytes = 4.0 if (m.python_gelu and ac) else ec
-    rg_mlp = project('down', 'mlp.act', p_bytes, 'sharded', f, rg_p)
-    if rg_mlp and hid_drop:
+        p_bytes = 4.0 if (m.python_gelu and w.ac) else ec
+    rg_mlp = w.project('down', 'mlp.act', p_bytes, 'sharded', f, rg_p)
+    if rg_mlp and w.hid_drop:
         saved.add('mlp.drop', 'hidden', MASK_BYTES)
-    terms = saved.layer_terms()
-    return _LoraLayer(LayerTerms(hidden=terms.hidden, sharded=terms.sharded,
-                                 score=terms.score, per_head_token=per_head,
-                                 per_token=terms.per_token), casts[0], at_scores)
 
 
 def lora_forward_temps(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec,
@@ -547,7 +579,7 @@ def lora_forward_temps(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec,
         common += fd  # the layer's input, held by the caller
 
     down_saved = lora_adapter_input_bytes(r) if down else 0.0
-    moments = []
+    shapes: list[LayerTerms] = []
     if first:
         outputs = ec + 2 * lo  # base output, adapter output and its scaled copy
         if lora.quantized:
@@ -556,9 +588,9 @@ def lora_forward_temps(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec,
         later = ec + down_saved  # the projection's own output, the product's saved copy
         if first[0] == 'gate':
             later += 2 * ec  # act(gate) and up come after
-        moments.append(LayerTerms(hidden=common + copy,
-                                  sharded=(outputs - later + grad_f) * f,
-                                  score=0.0, per_head_token=0.0, per_token=0.0))
+        shapes.append(LayerTerms(hidden=common + copy,
+                                 sharded=(outputs - later + grad_f) * f,
+                                 score=0.0, per_head_token=0.0, per_token=0.0))
     if down:
         shared = _adapter_input_shared(r, lora, p_bytes)
         wide = (0.0 if shared else p_bytes) + (4.0 if (peft_copy and ac and p_bytes != 4)
@@ -566,9 +598,9 @@ def lora_forward_temps(m: ModelSpec, r: PrecisionRecipe, lora: LoraSpec,
         outputs = ec if recompute else ec + 2 * lo
     else:
         wide, outputs = p_bytes, (0.0 if recompute else ec)
-    moments.append(LayerTerms(hidden=common + outputs, sharded=(wide + grad_f) * f,
-                              score=0.0, per_head_token=0.0, per_token=0.0))
-    moments = [(moment, 0.0) for moment in moments]
+    shapes.append(LayerTerms(hidden=common + outputs, sharded=(wide + grad_f) * f,
+                             score=0.0, per_head_token=0.0, per_token=0.0))
+    moments = [(moment, 0.0) for moment in shapes]
     if lora.quantized:
         # bitsandbytes' matmuls dequantize the weight beside the base output: at the
         # input projection (up) and at the output projection, whose input is alive
@@ -651,7 +683,8 @@ class EdgeBytes:
     norm_backward_peak: np.ndarray = field(default_factory=lambda: np.zeros(()))
 
 
-def edge_bytes(m: ModelSpec, r: PrecisionRecipe, loss: str, b, s, t, c, sp,
+def edge_bytes(m: ModelSpec, r: PrecisionRecipe, loss: str, b: np.ndarray, s: np.ndarray,
+               t: np.ndarray, c: np.ndarray, sp: np.ndarray,
                lora: LoraSpec | None = None) -> EdgeBytes:
     """Embedding-side and loss-side activations (the logits and the cross-entropy's
     buffers; Megatron-LM megatron/training/theoretical_memory_usage.py for the fused loss).

@@ -19,7 +19,7 @@ workspaces, allocator caching) are added on top of the tensor peak as named part
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from planner.limits import check_figure
 from planner.memory.activations import (
     RECOMPUTE_CODES,
     EdgeBytes,
+    LayerTerms,
     edge_bytes,
     lora_dequant_bytes,
     lora_first_layer_delta,
@@ -47,11 +48,13 @@ from planner.memory.activations import (
 from planner.memory.model_outputs import model_output_bytes
 from planner.memory.model_states import (
     OFFLOAD_CODES,
+    ModelStateBytes,
+    StageParams,
     hf_uncast_expert_matmul,
     model_state_bytes,
     stage_params,
 )
-from planner.memory.recipes import OPTIMIZERS, RECIPES
+from planner.memory.recipes import OPTIMIZERS, RECIPES, OptimizerKind, PrecisionRecipe
 from planner.memory.stack_activations import stack_layer_terms
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
@@ -166,13 +169,14 @@ class MemoryArrays:
         """
         n = np.shape(self.total_bytes)
 
-        def pick(value):
+        def pick(value: np.ndarray) -> np.ndarray:
             return np.broadcast_to(value, n)[rows]
 
-        return MemoryArrays(**{
+        picked: dict[str, Any] = {
             f.name: ({k: pick(v) for k, v in value.items()} if isinstance(value, dict)
                      else pick(value))
-            for f in fields(self) for value in [getattr(self, f.name)]})
+            for f in fields(self) for value in [getattr(self, f.name)]}
+        return MemoryArrays(**picked)
 
     def __len__(self) -> int:
         return int(np.size(self.total_bytes))
@@ -183,7 +187,7 @@ class MemoryArrays:
         one grid's ``components`` counts 0 there)."""
         flat = [p.take(np.arange(np.size(p.total_bytes))) for p in parts]
 
-        def join(name: str):
+        def join(name: str) -> np.ndarray | dict[str, np.ndarray]:
             values = [getattr(p, name) for p in flat]
             if isinstance(values[0], dict):
                 keys = dict.fromkeys(k for v in values for k in v)
@@ -191,7 +195,8 @@ class MemoryArrays:
                 return {k: np.concatenate([v.get(k, np.zeros(np.size(p.total_bytes)))
                                            for v, p in pairs]) for k in keys}
             return np.concatenate(values)
-        return MemoryArrays(**{f.name: join(f.name) for f in fields(MemoryArrays)})
+        joined: dict[str, Any] = {f.name: join(f.name) for f in fields(MemoryArrays)}
+        return MemoryArrays(**joined)
 
 
 def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
@@ -268,7 +273,7 @@ def _float_sizes(cfg: ConfigArrays) -> ConfigArrays:
                    seq_len=np.asarray(cfg.seq_len, float))
 
 
-def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays,
+def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, cfg: ConfigArrays,
                      layers: np.ndarray, inflight: np.ndarray) -> _Shared:
     """The activation figures of one micro-batch, evaluated once per distinct
     :func:`_token_rows` row and spread to every configuration."""
@@ -278,9 +283,10 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
     sp = np.asarray(at.sequence_parallel, bool)
     lora = opts.lora if STACKS[opts.framework].kernels == 'hf' else None
     layer_act, layer_full = _layer_activations(model, r, opts, at)
-    edge = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
+    edge: EdgeBytes | Spread = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
     bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp, lora)
     fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c, r, lora)
+    extra: _LoraExtras | Spread
     if lora is None:
         zero = np.zeros(())
         # Eager attention's (b, 1, s, s) masks, in the residual stream's dtype, are inputs
@@ -308,8 +314,9 @@ def _per_micro_batch(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
                    fwd_tmp=extra.fwd_tmp, lora=extra, outputs=outputs)
 
 
-def _model_states(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
-                  stage: str, rows: DistinctRows | None):
+def _model_states(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
+                  opts: MemoryOptions, cfg: ConfigArrays, stage: str, rows: DistinctRows | None
+                  ) -> tuple[StageParams | Spread, ModelStateBytes | Spread]:
     """One stage's parameters and model-state bytes for every configuration, evaluated
     once per distinct :func:`_state_rows` row (``rows``; None: on every row)."""
     at = _picked(cfg, rows)
@@ -329,11 +336,11 @@ class _Shared:
     layer_full: np.ndarray  # one layer's saved bytes without recompute
     layers: np.ndarray  # layers on the most loaded stage
     inflight: np.ndarray  # micro-batches in flight on the first stage
-    edge: EdgeBytes
+    edge: EdgeBytes | Spread  # Spread: computed on the distinct rows
     bwd_tmp: np.ndarray  # a layer's backward temporaries
     top_bwd_tmp: np.ndarray  # the top layer's, with its recomputation
     fwd_tmp: np.ndarray  # eager attention scores before the softmax
-    lora: _LoraExtras  # what PEFT LoRA changes (neutral values without it)
+    lora: _LoraExtras | Spread  # what PEFT LoRA changes (neutral values without it)
     outputs: np.ndarray  # the model output the training loop holds (logits or nothing)
 
 
@@ -349,8 +356,9 @@ class _LoraExtras(NamedTuple):
     bottom_rebuilt: np.ndarray  # the bottom layer's, with its input
 
 
-def _lora_extras(model: ModelSpec, r, lora: LoraSpec, attention: str, cfg: ConfigArrays,
-                 layer_full, scores_tmp) -> _LoraExtras:
+def _lora_extras(model: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: str,
+                 cfg: ConfigArrays, layer_full: np.ndarray, scores_tmp: np.ndarray
+                 ) -> _LoraExtras:
     """The moments and corrections of a PEFT LoRA step (see ``activations``).
 
     * The bottom layer saves less when the embedding output does not require grad (no
@@ -370,7 +378,7 @@ def _lora_extras(model: ModelSpec, r, lora: LoraSpec, attention: str, cfg: Confi
     fd = lora.frozen_bytes(r.act_bytes)
     hidden_tokens = b * s / c * h / np.where(sp & (t > 1), t, 1)
 
-    def terms(lt) -> np.ndarray:
+    def terms(lt: LayerTerms) -> np.ndarray:
         return lt.bytes(b, s, t, c, sp, h, a)
 
     first_delta = np.choose(rc, np.broadcast_arrays(*(
@@ -409,7 +417,7 @@ def _lora_extras(model: ModelSpec, r, lora: LoraSpec, attention: str, cfg: Confi
                        bottom_rebuilt=np.asarray(bottom_rebuilt, float))
 
 
-def _layer_activations(model: ModelSpec, r, opts: MemoryOptions, cfg: ConfigArrays
+def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, cfg: ConfigArrays
                        ) -> tuple[np.ndarray, np.ndarray]:
     """Saved activations of one layer: (under each row's recompute mode, without recompute)."""
     # PEFT LoRA changes what the Hugging Face modules save; Megatron's kernels are
@@ -456,11 +464,58 @@ def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) 
     return states + layer_act * layers * _inflight(cfg)
 
 
-def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArrays,
-                  stage: str, sh: _Shared, state_rows: DistinctRows | None
-                  ) -> dict[str, dict[str, np.ndarray]]:
+def _stage_phases(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
+                  opts: MemoryOptions, cfg: ConfigArrays, stage: str, sh: _Shared,
+                  state_rows: DistinctRows | None) -> dict[str, dict[str, np.ndarray]]:
     """Named parts of every phase of one pipeline stage (they sum to the phase total)."""
-    pp, rc, e = cfg.pp, cfg.recompute, r.act_bytes
+    f = _stage_figures(model, r, opt, opts, cfg, stage, sh, state_rows)
+    lora = opts.lora is not None
+    return {'forward_end': _forward_end(sh, f, lora),
+            'backward_start': _backward_start(sh, f, cfg.recompute, lora),
+            'backward_end': _backward_end(sh, f, cfg.recompute, lora),
+            'optimizer_step': {**f.static, 'gradients': f.ms.gradients,
+                               'optimizer_step_temp': f.ms.optimizer_step_temp}}
+
+
+class _Casts(NamedTuple):
+    """Autocast's low-precision weight copies on one stage (bytes)."""
+
+    head: np.ndarray  # the output head's
+    layer: np.ndarray  # one layer's
+    cached: np.ndarray  # all held at the end of forward (autocast's cache)
+    stored: np.ndarray  # all saved for backward once the cache is gone
+    bottom: np.ndarray  # the bottom layer's, during its backward
+
+
+@dataclass(frozen=True)
+class _StageFigures:
+    """What every phase of one pipeline stage is made of (bytes, arrays).
+
+    ``static`` holds the parts alive in every phase; ``top`` and ``bottom`` the ZeRO-3
+    gathers (and unsharded gradients) at the top and the bottom layer.
+    """
+
+    ms: ModelStateBytes | Spread  # Spread: computed on the distinct rows
+    last: np.ndarray  # whether this stage computes the loss
+    first_edge: np.ndarray
+    last_saved: np.ndarray
+    acts: np.ndarray
+    loss_fwd: np.ndarray
+    loss_bwd: np.ndarray
+    casts: _Casts
+    grads_live: np.ndarray
+    head_grads: np.ndarray
+    pending: np.ndarray
+    static: dict[str, np.ndarray]
+    top: dict[str, np.ndarray]
+    bottom: dict[str, np.ndarray]
+
+
+def _stage_figures(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
+                   opts: MemoryOptions, cfg: ConfigArrays, stage: str, sh: _Shared,
+                   state_rows: DistinctRows | None) -> _StageFigures:
+    """One stage's model states, activations, loss buffers, casts and live gradients."""
+    pp = cfg.pp
     params, ms = _model_states(model, r, opt, opts, cfg, stage, state_rows)
     first = (stage == 'first') | (pp == 1)
     last = (stage == 'last') | (pp == 1)
@@ -468,18 +523,40 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     first_edge = np.where(first, sh.edge.first_stage + sh.lora.first_delta, 0.0)
     last_saved = np.where(last, sh.edge.last_stage_saved, 0.0)
     acts = sh.layer_act * sh.layers * inflight + first_edge * inflight + last_saved
-    loss_fwd = np.where(last, sh.edge.loss_forward_peak, 0.0)
-    loss_bwd = np.where(last, sh.edge.loss_backward_peak, 0.0)
+    grads_live, head_grads, pending = _live_gradients(opts, cfg, ms)
+    # The loop's hold on the model output (the logits) spans every phase of the step.
+    held = np.where(last, sh.outputs, 0.0)
+    static = {'weights': ms.weights, 'optimizer_states': ms.optimizer_states,
+              'buffers': ms.ddp_buckets + ms.zero_buckets, 'model_outputs': held}
+    top = {'zero3_gathered': ms.zero3_gathered_top + ms.resident_params}
+    bottom = {'zero3_gathered': ms.zero3_gathered_bottom + ms.resident_after_backward,
+              'unsharded_grad': ms.unsharded_grad_bottom}
+    return _StageFigures(
+        ms=ms, last=last, first_edge=first_edge, last_saved=last_saved, acts=acts,
+        loss_fwd=np.where(last, sh.edge.loss_forward_peak, 0.0),
+        loss_bwd=np.where(last, sh.edge.loss_backward_peak, 0.0),
+        casts=_autocast_casts(model, r, opts, cfg, stage, sh, params),
+        grads_live=grads_live, head_grads=head_grads, pending=pending, static=static,
+        top=top, bottom=bottom)
 
-    # autocast keeps a low-precision copy of each weight a saved matmul reads, until that
-    # matmul's backward. Under full recompute the layers save none until recomputed, but
-    # autocast's cast cache holds every copy until the autocast region (forward and loss)
-    # exits. The cache holds ONE copy per weight (pytorch/pytorch
-    # aten/src/ATen/autocast_mode.cpp ``cached_cast``: fp32 leaves that require grad),
-    # whatever the micro-batches in flight: it is never multiplied by them. No stack
-    # with a pipeline runs autocast (FSDP2's MixedPrecisionPolicy, DeepSpeed and Megatron
-    # compute in bf16 weights directly).
-    if opts.lora is None:
+
+def _autocast_casts(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions,
+                    cfg: ConfigArrays, stage: str, sh: _Shared,
+                    params: StageParams | Spread) -> _Casts:
+    """Autocast's weight copies on one stage, full training or LoRA.
+
+    autocast keeps a low-precision copy of each weight a saved matmul reads, until that
+    matmul's backward. Under full recompute the layers save none until recomputed, but
+    autocast's cast cache holds every copy until the autocast region (forward and loss)
+    exits. The cache holds ONE copy per weight (pytorch/pytorch
+    aten/src/ATen/autocast_mode.cpp ``cached_cast``: fp32 leaves that require grad),
+    whatever the micro-batches in flight: it is never multiplied by them. No stack
+    with a pipeline runs autocast (FSDP2's MixedPrecisionPolicy, DeepSpeed and Megatron
+    compute in bf16 weights directly).
+    """
+    pp, rc, e = cfg.pp, cfg.recompute, r.act_bytes
+    lora = opts.lora
+    if lora is None:
         casting = r.autocast
         head_cast = e * params.head_matmul if casting else np.zeros(())
         layer_cast = e * params.layer_matmul if casting else np.zeros(())
@@ -487,18 +564,22 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
             layer_cast = layer_cast - e * hf_uncast_expert_matmul(model, cfg.tp, cfg.ep)
         cached_casts = head_cast + layer_cast * sh.layers
         stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers)
-        bottom_cast = layer_cast
-    else:
-        head_cast, layer_cast, cached_casts, stored_casts = _lora_casts(
-            model, r, opts, params, rc, sh.layers,
-            np.where((stage == 'first') | (pp == 1), 1.0, 0.0))
-        # the output projection's casts (adapter, and an fp32 base's weight) are freed by
-        # its backward
-        bottom_cast = layer_cast - (e * params.layer_out_adapter if r.autocast else 0.0)
-        if r.autocast and opts.lora.frozen_bytes(r.act_bytes) == 4 \
-                and not opts.lora.quantized:
-            bottom_cast = bottom_cast - e * params.layer_out_proj
+        return _Casts(head_cast, layer_cast, cached_casts, stored_casts, layer_cast)
+    head_cast, layer_cast, cached_casts, stored_casts = _lora_casts(
+        model, r, lora, opts.attention, params, rc, sh.layers,
+        np.where((stage == 'first') | (pp == 1), 1.0, 0.0))
+    # the output projection's casts (adapter, and an fp32 base's weight) are freed by
+    # its backward
+    bottom_cast = layer_cast - (e * params.layer_out_adapter if r.autocast else 0.0)
+    if r.autocast and lora.frozen_bytes(r.act_bytes) == 4 and not lora.quantized:
+        bottom_cast = bottom_cast - e * params.layer_out_proj
+    return _Casts(head_cast, layer_cast, cached_casts, stored_casts, bottom_cast)
 
+
+def _live_gradients(opts: MemoryOptions, cfg: ConfigArrays, ms: ModelStateBytes | Spread
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients alive through forward, the head's once written, and those still to come
+    at the bottom layer's backward: (live, head, pending)."""
     # Megatron keeps one contiguous gradient buffer for the whole run; torch.optim users
     # zero_grad(set_to_none=True), so gradients live from the first backward to the
     # step, i.e. during forward only when accumulating.
@@ -510,87 +591,92 @@ def _stage_phases(model: ModelSpec, r, opt, opts: MemoryOptions, cfg: ConfigArra
     # from the first backward to the last micro-batch's reduce-scatter.
     mode = stack.fsdp_unsharded_accumulation
     accumulating = ((mode == 'no_sync') & (cfg.grad_accum > 1)) | (
-        (mode == 'pipeline') & (pp > 1))
+        (mode == 'pipeline') & (cfg.pp > 1))
     grads_live = np.where(accumulating & (ms.unsharded_gradients > 0),
                           ms.unsharded_gradients, grads_live)
     head_grads = np.where(grads_live > 0, 0.0, ms.head_gradients)
     # At the bottom layer's MLP backward, the embedding's and most of that layer's
     # gradients are still to come.
     pending = ms.embedding_gradients + ms.bottom_layer_gradients
+    return grads_live, head_grads, pending
 
-    # The loop's hold on the model output (the logits) spans every phase of the step.
-    held = np.where(last, sh.outputs, 0.0)
-    static = {'weights': ms.weights, 'optimizer_states': ms.optimizer_states,
-              'buffers': ms.ddp_buckets + ms.zero_buckets, 'model_outputs': held}
-    top = {'zero3_gathered': ms.zero3_gathered_top + ms.resident_params}
-    bottom = {'zero3_gathered': ms.zero3_gathered_bottom + ms.resident_after_backward,
-              'unsharded_grad': ms.unsharded_grad_bottom}
-    if opts.lora is None:
+
+def _forward_end(sh: _Shared, f: _StageFigures, lora: bool) -> dict[str, np.ndarray]:
+    """The end of forward: every activation in flight, the loss's buffers (or the top
+    layer's widest point under LoRA), autocast's cache."""
+    if not lora:
         # The last layer's attention scores die before the logits are made.
-        scores_win = sh.fwd_tmp > loss_fwd
-        forward_end = {**static, **top, 'gradients': grads_live, 'activations': acts,
-                       'logits': np.where(scores_win, 0.0, loss_fwd),
-                       'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
-                       'autocast_copies': cached_casts}
-    else:
-        # The loss beside every activation, or the top layer's widest point before the
-        # final norm and the loss exist.
-        scores = sh.fwd_tmp >= sh.lora.layer_fwd_tmp
-        forward_end = {**static, **top, **_larger(
-            {'gradients': grads_live, 'activations': acts, 'logits': loss_fwd,
-             'forward_temp': sh.lora.forward_mask, 'autocast_copies': cached_casts},
-            {'gradients': grads_live, 'activations': acts - last_saved,
-             'attention_scores_temp': np.where(scores, sh.lora.layer_fwd_tmp, 0.0),
-             'forward_temp': np.where(scores, 0.0, sh.lora.layer_fwd_tmp) + sh.lora.forward_mask,
-             'autocast_copies': cached_casts})}
-    # Backward starts with the loss (its buffers beside every activation), then the top
-    # layer (loss tensors freed, the head's gradient written and its cast freed, the
-    # layer recomputed under full recompute). The larger moment counts.
-    loss_moment = {'gradients': grads_live, 'activations': acts, 'logits': loss_bwd,
-                   'autocast_copies': stored_casts}
-    layer_moment = {'gradients': grads_live + head_grads, 'activations': acts - last_saved,
+        scores_win = sh.fwd_tmp > f.loss_fwd
+        return {**f.static, **f.top, 'gradients': f.grads_live, 'activations': f.acts,
+                'logits': np.where(scores_win, 0.0, f.loss_fwd),
+                'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
+                'autocast_copies': f.casts.cached}
+    # The loss beside every activation, or the top layer's widest point before the
+    # final norm and the loss exist.
+    scores = sh.fwd_tmp >= sh.lora.layer_fwd_tmp
+    return {**f.static, **f.top, **_larger(
+        {'gradients': f.grads_live, 'activations': f.acts, 'logits': f.loss_fwd,
+         'forward_temp': sh.lora.forward_mask, 'autocast_copies': f.casts.cached},
+        {'gradients': f.grads_live, 'activations': f.acts - f.last_saved,
+         'attention_scores_temp': np.where(scores, sh.lora.layer_fwd_tmp, 0.0),
+         'forward_temp': np.where(scores, 0.0, sh.lora.layer_fwd_tmp) + sh.lora.forward_mask,
+         'autocast_copies': f.casts.cached})}
+
+
+def _backward_start(sh: _Shared, f: _StageFigures, rc: np.ndarray,
+                    lora: bool) -> dict[str, np.ndarray]:
+    """Backward starts with the loss (its buffers beside every activation), then the top
+    layer (loss tensors freed, the head's gradient written and its cast freed, the layer
+    recomputed under full recompute). The larger moment counts."""
+    casts, ms = f.casts, f.ms
+    loss_moment = {'gradients': f.grads_live, 'activations': f.acts, 'logits': f.loss_bwd,
+                   'autocast_copies': casts.stored}
+    layer_moment = {'gradients': f.grads_live + f.head_grads,
+                    'activations': f.acts - f.last_saved,
                     'backward_temp': sh.top_bwd_tmp, 'unsharded_grad': ms.unsharded_grad_top,
-                    'autocast_copies': stored_casts - head_cast
-                    + np.where(rc == 2, layer_cast, 0.0)}
-    if opts.lora is not None:
+                    'autocast_copies': casts.stored - casts.head
+                    + np.where(rc == 2, casts.layer, 0.0)}
+    if lora:
         # The top layer's MLP backward follows its output projection's (whose casts are
         # freed); under full recompute its recomputation comes first, every cast made.
         # The final norm's backward (its Python ops' fp32 temporaries) precedes both:
         # the loss gone, nothing of the top layer freed yet.
         layer_moment['autocast_copies'] = layer_moment['autocast_copies'] - (
-            layer_cast - bottom_cast)
+            casts.layer - casts.bottom)
         recomputing = {**layer_moment,
                        'backward_temp': sh.lora.top_rebuilt + sh.lora.recompute_tmp,
-                       'autocast_copies': stored_casts - head_cast
-                       + np.where(rc == 2, layer_cast, 0.0)}
-        norm_moment = {'gradients': grads_live, 'activations': acts - last_saved,
-                       'backward_temp': np.where(last, sh.edge.norm_backward_peak, 0.0),
-                       'autocast_copies': stored_casts - head_cast}
+                       'autocast_copies': casts.stored - casts.head
+                       + np.where(rc == 2, casts.layer, 0.0)}
+        norm_moment = {'gradients': f.grads_live, 'activations': f.acts - f.last_saved,
+                       'backward_temp': np.where(f.last, sh.edge.norm_backward_peak, 0.0),
+                       'autocast_copies': casts.stored - casts.head}
         layer_moment = _larger(_larger(layer_moment, recomputing, rc == 2), norm_moment)
-    backward_start = {**static, **top, **_larger(loss_moment, layer_moment)}
-    # The bottom layer's backward: its activations (recomputed under full recompute)
-    # still live, nearly every gradient written.
-    backward_end = {**static, **bottom,
-                    'gradients': np.maximum(grads_live, ms.gradients - pending),
-                    'activations': first_edge + np.where(rc == 2, sh.lora.bottom_rebuilt,
-                                                         sh.layer_act),
-                    'autocast_copies': bottom_cast, 'backward_temp': sh.bwd_tmp}
-    if opts.lora is not None:
-        # Under full recompute, the bottom layer's recomputation comes before its output
-        # projection's adapter gradients.
-        recomputing = {**backward_end, 'backward_temp': sh.lora.recompute_tmp,
-                       'autocast_copies': layer_cast,
-                       'gradients': np.maximum(grads_live, ms.gradients - pending
-                                               - ms.bottom_out_proj_gradients)}
-        backward_end = _larger(backward_end, recomputing, rc == 2)
-    optimizer_step = {**static, 'gradients': ms.gradients,
-                      'optimizer_step_temp': ms.optimizer_step_temp}
-    return {'forward_end': forward_end, 'backward_start': backward_start,
-            'backward_end': backward_end, 'optimizer_step': optimizer_step}
+    return {**f.static, **f.top, **_larger(loss_moment, layer_moment)}
+
+
+def _backward_end(sh: _Shared, f: _StageFigures, rc: np.ndarray,
+                  lora: bool) -> dict[str, np.ndarray]:
+    """The bottom layer's backward: its activations (recomputed under full recompute)
+    still live, nearly every gradient written."""
+    ms = f.ms
+    backward_end = {**f.static, **f.bottom,
+                    'gradients': np.maximum(f.grads_live, ms.gradients - f.pending),
+                    'activations': f.first_edge + np.where(rc == 2, sh.lora.bottom_rebuilt,
+                                                           sh.layer_act),
+                    'autocast_copies': f.casts.bottom, 'backward_temp': sh.bwd_tmp}
+    if not lora:
+        return backward_end
+    # Under full recompute, the bottom layer's recomputation comes before its output
+    # projection's adapter gradients.
+    recomputing = {**backward_end, 'backward_temp': sh.lora.recompute_tmp,
+                   'autocast_copies': f.casts.layer,
+                   'gradients': np.maximum(f.grads_live, ms.gradients - f.pending
+                                           - ms.bottom_out_proj_gradients)}
+    return _larger(backward_end, recomputing, rc == 2)
 
 
 def _larger(a: dict[str, np.ndarray], b: dict[str, np.ndarray],
-            b_happens=True) -> dict[str, np.ndarray]:
+            b_happens: bool | np.ndarray = True) -> dict[str, np.ndarray]:
     """Per configuration, the parts of whichever moment has the larger total.
 
     ``b_happens``: where ``b`` is a moment of the step at all (else ``a``).
@@ -600,8 +686,10 @@ def _larger(a: dict[str, np.ndarray], b: dict[str, np.ndarray],
             for name in dict.fromkeys([*a, *b])}
 
 
-def _lora_casts(model: ModelSpec, r, opts: MemoryOptions, params, rc, layers_inflight,
-                bottom_layers):
+def _lora_casts(model: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention: str,
+                params: StageParams | Spread, rc: np.ndarray, layers_inflight: np.ndarray,
+                bottom_layers: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Autocast's weight copies under LoRA: (head, one layer's, at forward end, stored).
 
     The fp32 adapters are leaves that require grad, so autocast caches their bf16 copies
@@ -613,7 +701,6 @@ def _lora_casts(model: ModelSpec, r, opts: MemoryOptions, params, rc, layers_inf
     (``bottom_layers`` counts those layers on this stage: the in-flight micro-batches).
     """
     zero = np.zeros(())
-    lora = opts.lora
     if not r.autocast:
         return zero, zero, zero, zero
     e = r.act_bytes
@@ -622,8 +709,8 @@ def _lora_casts(model: ModelSpec, r, opts: MemoryOptions, params, rc, layers_inf
     if fp32_base:
         head_cast = e * params.head_matmul
         base_cast = e * params.layer_matmul
-        every = lora_saved_base_casts(model, r, lora, opts.attention)
-        skipped = 1 - lora_saved_base_casts(model, r, lora, opts.attention,
+        every = lora_saved_base_casts(model, r, lora, attention)
+        skipped = 1 - lora_saved_base_casts(model, r, lora, attention,
                                             input_grad=False) / every
         bottom = -base_cast * skipped * np.where(rc == 2, 0.0, bottom_layers)
     else:
@@ -634,7 +721,8 @@ def _lora_casts(model: ModelSpec, r, opts: MemoryOptions, params, rc, layers_inf
     return head_cast, adapters + base_cast, cached, stored
 
 
-def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp,
+def _layer_backward_temp(m: ModelSpec, r: PrecisionRecipe, b: np.ndarray, s: np.ndarray,
+                         t: np.ndarray, c: np.ndarray, sp: np.ndarray,
                          lora: LoraSpec | None = None) -> np.ndarray:
     """Gradients alive while one layer runs backward, beyond the activations it frees.
 
@@ -677,7 +765,8 @@ def _layer_backward_temp(m: ModelSpec, r, b, s, t, c, sp,
     return residual + wide
 
 
-def _forward_attention_temp(m: ModelSpec, attention: str, b, s, t, c, r=None,
+def _forward_attention_temp(m: ModelSpec, attention: str, b: np.ndarray, s: np.ndarray,
+                            t: np.ndarray, c: np.ndarray, r: PrecisionRecipe,
                             lora: LoraSpec | None = None) -> np.ndarray:
     """Eager attention's fp32 scores and their masked copy, alive before the softmax.
 
@@ -747,7 +836,7 @@ def estimate(model: ModelSpec, setup: TrainingSetup, gpu: GpuSpec | None = None,
     arrays = estimate_arrays(model, MemoryOptions.from_setup(setup),
                              ConfigArrays.from_setup(setup), overheads)
 
-    def scalar(x, what: str) -> int:
+    def scalar(x: np.ndarray, what: str) -> int:
         # the final guard: a figure that is not finite and >= 0 is an error, never shown
         return round(check_figure(what, float(np.asarray(x))))
 

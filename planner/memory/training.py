@@ -15,13 +15,13 @@ from planner.defaults import (
     DEFAULT_FRAMEWORK,
     DEFAULT_OPTIMIZER,
     DEFAULT_PRECISION,
+    RECOMPUTE_MODES,
 )
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.models.spec import ModelSpec
 from planner.stacks import STACK_KEYS, STACKS
 
-RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')
 OFFLOAD_MODES: tuple[str, ...] = ('none', 'optimizer', 'params')
 ATTENTION_KINDS: tuple[str, ...] = ('flash', 'eager')
 LOOPS: tuple[str, ...] = ('keep-outputs', 'trainer')  # the first needs more memory

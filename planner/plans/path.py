@@ -36,9 +36,13 @@ from planner.defaults import (
     DEFAULT_ATTENTION,
     DEFAULT_MARGIN_FRACTION,
     DEFAULT_OPTIMIZER,
+    DEFAULT_SORT_KEY,
+    DEFAULT_TOP_K,
+    RECOMPUTE_MODES,
+    ZERO_STAGES,
 )
 from planner.errors import InputError
-from planner.memory.training import LOOPS, RECOMPUTE_MODES, LoraSpec
+from planner.memory.training import LOOPS, LoraSpec
 from planner.plans.guidance import GuidanceInputs
 from planner.plans.request import LayoutLimits, PlanRequest
 
@@ -90,7 +94,7 @@ class PlanAsk:
     nodes: int = 1
     gpus_per_node: int = 8
     inter_node: str | None = None
-    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    zero_stages: tuple[int, ...] = ZERO_STAGES
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
     precision: str = ''  # each stack's own recipe
     optimizer: str = DEFAULT_OPTIMIZER
@@ -100,8 +104,8 @@ class PlanAsk:
     loop: str = LOOPS[0]
     margin_fraction: float = DEFAULT_MARGIN_FRACTION
     price_per_gpu_hour_usd: float | None = None
-    sort_by: str = 'time'
-    top_k: int = 10
+    sort_by: str = DEFAULT_SORT_KEY
+    top_k: int = DEFAULT_TOP_K
     limits: LayoutLimits = field(default_factory=LayoutLimits)
     lora: LoraSpec | None = None
     profile: str = 'auto'

@@ -18,6 +18,11 @@ from planner.defaults import (
     DEFAULT_ATTENTION,
     DEFAULT_MARGIN_FRACTION,
     DEFAULT_OPTIMIZER,
+    DEFAULT_SORT_KEY,
+    DEFAULT_TOP_K,
+    RECOMPUTE_MODES,
+    SORT_KEYS,
+    ZERO_STAGES,
 )
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
@@ -35,15 +40,12 @@ from planner.models.spec import ModelSpec
 from planner.stacks import STACK_KEYS, STACKS, Stack
 from planner.timing.efficiency import CalibrationProfile
 from planner.timing.step_time import (
-    RECOMPUTE_MODES,
     LayoutArrays,
     StepTimeArrays,
     StepTimeOptions,
     TrainingLength,
     step_time_arrays,
 )
-
-SORT_KEYS: tuple[str, ...] = ('time', 'cost', 'gpus', 'headroom')
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ class PlanRequest:
     global_batch: int | None = None
     global_batch_tokens: int | None = None
     length: TrainingLength | None = None
-    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    zero_stages: tuple[int, ...] = ZERO_STAGES
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
     precision: str = ''  # each stack's own recipe
     optimizer: str = DEFAULT_OPTIMIZER
@@ -212,8 +214,8 @@ class PlanRequest:
     loop: str = LOOPS[0]
     margin_fraction: float = DEFAULT_MARGIN_FRACTION
     price_per_gpu_hour_usd: float | None = None
-    sort_by: str = 'time'
-    top_k: int = 10
+    sort_by: str = DEFAULT_SORT_KEY
+    top_k: int = DEFAULT_TOP_K
     limits: LayoutLimits = field(default_factory=LayoutLimits)
     step_options: StepTimeOptions = field(default_factory=StepTimeOptions)
     calibration: CalibrationProfile | Mapping | None = None
@@ -242,8 +244,9 @@ class PlanRequest:
                 if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
                     raise InputError(_flag(name), f'must be a whole number, got {value!r}')
                 limits.check(name, value)
-        if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
-            raise InputError('--zero', f'got {self.zero_stages!r}', 'a list from 0, 1, 2, 3')
+        if not self.zero_stages or any(z not in ZERO_STAGES for z in self.zero_stages):
+            raise InputError('--zero', f'got {self.zero_stages!r}',
+                             'a list from ' + ', '.join(map(str, ZERO_STAGES)))
         if not self.recompute_modes or any(r not in RECOMPUTE_MODES
                                            for r in self.recompute_modes):
             raise InputError('--recompute', f'got {self.recompute_modes!r}',

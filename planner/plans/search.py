@@ -64,7 +64,12 @@ from planner.plans.result import (
     time_bucket,
 )
 from planner.stacks import STACKS, Stack
-from planner.timing.step_time import LayoutArrays, TrainingTimeArrays, training_time
+from planner.timing.step_time import (
+    LayoutArrays,
+    StepTimeArrays,
+    TrainingTimeArrays,
+    training_time,
+)
 from planner.units import GIB
 
 __all__ = [
@@ -107,9 +112,9 @@ def divisors(n: int) -> np.ndarray:
 
 def _gpu_counts(req: PlanRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every usable GPU count with the fewest nodes that hold it: (gpus, nodes, per node)."""
-    nodes, per_node = np.meshgrid(np.arange(1, req.max_nodes + 1),
-                                  np.arange(1, req.gpus_per_node + 1), indexing='ij')
-    nodes, per_node = nodes.ravel(), per_node.ravel()
+    node_grid, per_node_grid = np.meshgrid(np.arange(1, req.max_nodes + 1),
+                                           np.arange(1, req.gpus_per_node + 1), indexing='ij')
+    nodes, per_node = node_grid.ravel(), per_node_grid.ravel()
     gpus = nodes * per_node
     order = np.lexsort((nodes, gpus))  # by GPUs, then fewest nodes
     gpus, nodes, per_node = gpus[order], nodes[order], per_node[order]
@@ -351,7 +356,8 @@ def pareto_front(time_s: np.ndarray, gpu_hours: np.ndarray) -> np.ndarray:
     return order[gpu_hours[order] < prior]
 
 
-def _ranking(sort_by: str, time_s, cost, headroom, layout: LayoutArrays, gpus) -> np.ndarray:
+def _ranking(sort_by: str, time_s: np.ndarray, cost: np.ndarray, headroom: np.ndarray,
+             layout: LayoutArrays, gpus: np.ndarray) -> np.ndarray:
     """Indices sorted by the key; near-ties (0.1 %) go to the simpler layout.
 
     Simpler means, in order: fewer GPUs, a lower ZeRO stage, less recompute, no CP,
@@ -376,8 +382,9 @@ def _ranking(sort_by: str, time_s, cost, headroom, layout: LayoutArrays, gpus) -
     return _ranking_lexsort(sort_by, time_s, cost, headroom, layout, gpus)
 
 
-def _ranking_lexsort(sort_by: str, time_s, cost, headroom, layout: LayoutArrays,
-                     gpus) -> np.ndarray:
+def _ranking_lexsort(sort_by: str, time_s: np.ndarray, cost: np.ndarray,
+                     headroom: np.ndarray, layout: LayoutArrays,
+                     gpus: np.ndarray) -> np.ndarray:
     """:func:`_ranking` by one key per axis (any key values)."""
     # One integer per candidate, ordered as listed below (each axis < 4096).
     simpler = np.zeros(np.shape(gpus), np.int64)
@@ -470,6 +477,7 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
                              f'{total.min() / GIB:.1f} GiB)', len(grid), float(total.min()),
                              step)
 
+    assert memory is not None  # some layout fits, so its memory was estimated
     st = req.step_times(layout)
     step(0.85)
     if req.length is not None:
@@ -496,7 +504,8 @@ def search(request: PlanRequest, progress: Callable[[float], None] | None = None
         pareto=front)
 
 
-def _guard_figures(st, tr: TrainingTimeArrays | None, memory: MemoryArrays) -> None:
+def _guard_figures(st: StepTimeArrays, tr: TrainingTimeArrays | None,
+                   memory: MemoryArrays) -> None:
     """The final guard: every figure a result shows is finite and non-negative, else a
     :class:`~planner.limits.FigureError` (never a negative time, MFU or cost on screen)."""
     figures = {'step time': st.step_time_s, 'tokens per second': st.tokens_per_s,

@@ -37,6 +37,7 @@ from planner.defaults import (
     DEFAULT_FRAMEWORK,
     DEFAULT_OPTIMIZER,
     DEFAULT_PRECISION,
+    RECOMPUTE_MODES,
 )
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
@@ -52,8 +53,6 @@ from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
 from planner.timing.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
-
-RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')  # index = recompute code
 
 
 @dataclass(frozen=True)
@@ -435,26 +434,98 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     stack = STACKS[framework]
     r, opt = RECIPES[precision], OPTIMIZERS[optimizer]
     lay = layout
-    t, p, v, c, d = lay.tp, lay.pp, lay.vpp, lay.cp, lay.dp
-    # sizes as float64: token and FLOP counts of large inputs overflow int64
-    b, m = np.asarray(lay.micro_batch, float), np.asarray(lay.grad_accum, float)
-    g = lay.gpus_per_node
-    rc, zero = np.asarray(lay.recompute), np.asarray(lay.zero)
-    s, h, layers = seq_len, model.hidden_size, model.num_layers
     if inter_node is None and np.any(lay.nodes > 1):
         raise InputError('--inter-node', 'candidates span several nodes: name the network')
     peak = gpu.peak(r.compute_dtype)
+    links = _links(gpu, inter_node, o)
+    rc = np.asarray(lay.recompute)
+    mb = _microbatch_compute(model, seq_len, gpu, lay, r, lora, attention=attention,
+                             torchtitan=stack.key == 'torchtitan', calibration=calibration,
+                             framework=framework, peak=peak, links=links)
+    tp_mb = _tp_comm_s(model, lay, r, rc, mb, links, o)
+    cp_mb = _cp_comm_s(model, seq_len, lay, r, rc, attention == 'flash', mb, peak, links, o)
+    pp_mb = _pp_comm_s(model, lay, r, mb, links, o)
+    dp = _dp_zero_comm_s(lay, r, stack.fsdp_unsharded_accumulation, mb, links, o)
+    # EP: each MoE layer dispatches its tokens to the experts' ranks and combines them
+    # back, an all-to-all each way forward and again backward (four per layer, six under
+    # full recompute), of the rank's tokens x top-k x h; the EP group spans t x ep GPUs
+    # (stride t); not overlapped.
+    ep_mb = _expert_all_to_all_s(model, lay, mb.tokens_mb, r.act_bytes, rc, mb.busy_layers,
+                                 links.intra_bps, links.inter_bps, links.inter_lat,
+                                 o.intra_node_latency_s)
+    # Pipeline: every micro-batch crosses the busiest stage; (p-1)/v of a micro-batch's
+    # time is the bubble (interleaved 1F1B).
+    t_mb = mb.compute_mb + tp_mb + cp_mb + pp_mb + dp.mb_dp + ep_mb
+    bubble = t_mb * (lay.pp - 1) / lay.vpp
+    optimizer_s = _optimizer_step_s(lay, r, opt, lora, mb.stage, links)
+    step = t_mb * np.asarray(lay.grad_accum, float) + bubble + dp.step_dp + optimizer_s \
+        + o.step_overhead_s
+    return _assemble(model, seq_len, lay, lora, peak, o, mb,
+                     _PerMicroBatchComm(tp=tp_mb, cp=cp_mb, pp=pp_mb, ep=ep_mb, dp=dp),
+                     bubble=bubble, optimizer_s=optimizer_s, step=step)
+
+
+@dataclass
+class _Links:
+    """Achieved bandwidths (bytes/s) and latencies (s) the step's traffic runs over."""
+
+    intra_bps: float
+    inter_bps: float
+    inter_lat: float
+    hbm_bps: float
+
+
+def _links(gpu: GpuSpec, inter_node: LinkSpec | None, o: StepTimeOptions) -> _Links:
+    """The intra-node, inter-node and HBM bandwidths after their efficiencies."""
     intra_bps = gpu.intra_node_bandwidth_bytes_per_s * o.intra_node_link_efficiency
     inter_bps = (inter_node.bandwidth_bytes_per_s * o.inter_node_link_efficiency
                  if inter_node else intra_bps)
     inter_lat = inter_node.latency_s if inter_node else o.intra_node_latency_s
-    multi_node = lay.nodes > 1
+    return _Links(intra_bps=intra_bps, inter_bps=inter_bps, inter_lat=inter_lat,
+                  hbm_bps=gpu.hbm_bandwidth_bytes_per_s * o.hbm_efficiency)
 
-    # ---- FLOPs the GPUs execute (causal saving only with flash attention)
+
+@dataclass
+class _MicroBatchCompute:
+    """One micro-batch's compute on the busiest pipeline stage (seconds are per rank).
+
+    Attributes:
+        tokens_mb: tokens of one micro-batch on one rank.
+        gemm: the GEMM size the efficiency curve reads; eta: the efficiency it gives.
+        busy_layers: transformer layers on the busiest stage.
+        gemm_mb, elementwise_mb, dequant_mb: GEMM, memory-bound and (QLoRA)
+            dequantization seconds; dequant_mb is part of elementwise_mb.
+        compute_mb, fwd_mb, bwd_mb: their sum, split into forward and backward.
+        stage: the stage's parameter bytes (what DP/ZeRO moves, the optimizer updates).
+    """
+
+    tokens_mb: np.ndarray
+    gemm: np.ndarray
+    eta: np.ndarray
+    busy_layers: np.ndarray
+    gemm_mb: np.ndarray
+    elementwise_mb: np.ndarray
+    dequant_mb: np.ndarray
+    compute_mb: np.ndarray
+    fwd_mb: np.ndarray
+    bwd_mb: np.ndarray
+    stage: _StageBytes
+
+
+def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: LayoutArrays,
+                        r: PrecisionRecipe, lora: LoraSpec | None, *, attention: str,
+                        torchtitan: bool, calibration: CalibrationProfile | Mapping | None,
+                        framework: str, peak: float, links: _Links) -> _MicroBatchCompute:
+    """FLOPs the GPUs execute (causal saving only with flash attention) and the
+    memory-bound work between them, for one micro-batch on the busiest stage."""
+    t, p, c = lay.tp, lay.pp, lay.cp
+    b = np.asarray(lay.micro_batch, float)  # float64: token counts overflow int64
+    rc = np.asarray(lay.recompute)
+    s, h, layers = seq_len, model.hidden_size, model.num_layers
     causal = attention == 'flash'
     # fwd + bwd of the output head is never recomputed
     per_mode, fwd_tok, head_tok = _flops_per_token(model, s, causal, lora)
-    if stack.key == 'torchtitan' and lora is None:
+    if torchtitan and lora is None:
         per_mode = per_mode.copy()
         per_mode[1] = per_mode[0] + torchtitan_sac_recompute_flops(model)
     layer_tok = (per_mode[rc] - head_tok) / layers
@@ -472,7 +543,7 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     # narrow models slower per FLOP: GEMM FLOPs grow as h^2, these bytes as h.
     # Under LoRA the adapters' own path is memory-bound too, and a QLoRA base is
     # dequantized before every use (once per micro-batch for each use, whatever its size).
-    hbm_bps = gpu.hbm_bandwidth_bytes_per_s * o.hbm_efficiency
+    hbm_bps = links.hbm_bps
     elementwise = (_elementwise_bytes_per_token(model, s, attention, r.act_bytes)[rc]
                    + _adapter_bytes_per_token(model, r, lora)[rc])
     sb = _stage_bytes(model, r, t, p, lora, lay.ep)
@@ -486,42 +557,82 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     gemm_mb, elementwise_mb = gemm_mb / o.compute_speedup, elementwise_mb / o.compute_speedup
     compute_mb = gemm_mb + elementwise_mb
     fwd_mb, bwd_mb = compute_mb * (1 - bwd_fraction), compute_mb * bwd_fraction
+    return _MicroBatchCompute(
+        tokens_mb=tokens_mb, gemm=gemm, eta=eta, busy_layers=busy_layers, gemm_mb=gemm_mb,
+        elementwise_mb=elementwise_mb, dequant_mb=dequant_mb, compute_mb=compute_mb,
+        fwd_mb=fwd_mb, bwd_mb=bwd_mb, stage=sb)
 
-    # ---- TP: 2 all-reduces forward + 2 backward per layer of b·s·h/c elements (RS + AG
-    # of the same volume with SP); full recompute repeats the forward's two.
-    act = tokens_mb * h * r.act_bytes
+
+def _tp_comm_s(model: ModelSpec, lay: LayoutArrays, r: PrecisionRecipe, rc: np.ndarray,
+               mb: _MicroBatchCompute, links: _Links, o: StepTimeOptions) -> np.ndarray:
+    """TP: 2 all-reduces forward + 2 backward per layer of b·s·h/c elements (RS + AG of
+    the same volume with SP); full recompute repeats the forward's two."""
+    t = lay.tp
+    act = mb.tokens_mb * model.hidden_size * r.act_bytes
     ar_per_layer = 4 + 2 * (rc == 2)
-    tp_ar_s = 2 * (t - 1) / t * act / intra_bps + 2 * (t - 1) * o.intra_node_latency_s
-    tp_mb = np.where(t > 1, busy_layers * ar_per_layer * tp_ar_s * (1 - o.tp_overlap), 0.0)
+    tp_ar_s = 2 * (t - 1) / t * act / links.intra_bps + 2 * (t - 1) * o.intra_node_latency_s
+    return np.where(t > 1, mb.busy_layers * ar_per_layer * tp_ar_s * (1 - o.tp_overlap), 0.0)
 
-    # ---- CP: ring attention passes each rank's K and V chunk c-1 times forward, and
-    # K, V plus their gradients backward; the attention core hides it (Megatron overlaps).
-    kv_chunk = 2 * tokens_mb * (model.kv_size / t) * r.act_bytes
+
+def _cp_comm_s(model: ModelSpec, seq_len: int, lay: LayoutArrays, r: PrecisionRecipe,
+               rc: np.ndarray, causal: bool, mb: _MicroBatchCompute, peak: float,
+               links: _Links, o: StepTimeOptions) -> np.ndarray:
+    """CP: ring attention passes each rank's K and V chunk c-1 times forward, and K, V
+    plus their gradients backward; the attention core hides it (Megatron overlaps)."""
+    t, c, g = lay.tp, lay.cp, lay.gpus_per_node
+    kv_chunk = 2 * mb.tokens_mb * (model.kv_size / t) * r.act_bytes
     passes = 3 + (rc == 2)
-    cp_bps = np.where(t * c <= g, intra_bps, inter_bps)
-    cp_lat = np.where(t * c <= g, o.intra_node_latency_s, inter_lat)
+    cp_bps = np.where(t * c <= g, links.intra_bps, links.inter_bps)
+    cp_lat = np.where(t * c <= g, o.intra_node_latency_s, links.inter_lat)
     cp_layer_s = (c - 1) * passes * (kv_chunk / cp_bps + cp_lat)
-    core_fwd_tok = (2.0 if causal else 4.0) * s * model.q_size  # per layer
+    core_fwd_tok = (2.0 if causal else 4.0) * seq_len * model.q_size  # per layer
     core_tok = core_fwd_tok * (3 + (rc >= 1))  # fwd + bwd (+ recomputed core)
-    core_layer_s = core_tok * tokens_mb / t / (peak * eta)
-    cp_mb = np.where(c > 1, busy_layers * np.maximum(0.0, cp_layer_s
-                                                     - o.cp_overlap * core_layer_s), 0.0)
+    core_layer_s = core_tok * mb.tokens_mb / t / (peak * mb.eta)
+    return np.where(c > 1, mb.busy_layers * np.maximum(0.0, cp_layer_s
+                                                       - o.cp_overlap * core_layer_s), 0.0)
 
-    # ---- PP: one activation send forward and one gradient send backward per micro-batch
-    # and model chunk, b·s·h/(c·t) elements (scatter/gather), over the network when the
-    # pipeline spans nodes.
+
+def _pp_comm_s(model: ModelSpec, lay: LayoutArrays, r: PrecisionRecipe,
+               mb: _MicroBatchCompute, links: _Links, o: StepTimeOptions) -> np.ndarray:
+    """PP: one activation send forward and one gradient send backward per micro-batch
+    and model chunk, b·s·h/(c·t) elements (scatter/gather), over the network when the
+    pipeline spans nodes."""
+    t, p, v = lay.tp, lay.pp, lay.vpp
+    act = mb.tokens_mb * model.hidden_size * r.act_bytes
     pp_msg = act / t
-    pp_bps = np.where(multi_node, inter_bps, intra_bps)
-    pp_lat = np.where(multi_node, inter_lat, o.intra_node_latency_s)
-    pp_mb = np.where(p > 1, 2 * v * (pp_msg / pp_bps + pp_lat) * (1 - o.pp_overlap), 0.0)
+    multi_node = lay.nodes > 1
+    pp_bps = np.where(multi_node, links.inter_bps, links.intra_bps)
+    pp_lat = np.where(multi_node, links.inter_lat, o.intra_node_latency_s)
+    return np.where(p > 1, 2 * v * (pp_msg / pp_bps + pp_lat) * (1 - o.pp_overlap), 0.0)
 
-    # ---- DP / ZeRO over the dp x cp ranks (stride t): gradients reduced, ZeRO shards.
-    # Under LoRA only the adapters' gradients and updates move; ZeRO-3 gathers the base.
-    n = d * c
+
+@dataclass
+class _DataParallelComm:
+    """DP/ZeRO seconds: exposed per micro-batch, exposed once per step, and the whole
+    traffic (for reference)."""
+
+    mb_dp: np.ndarray
+    step_dp: np.ndarray
+    traffic: np.ndarray
+
+
+def _dp_zero_comm_s(lay: LayoutArrays, r: PrecisionRecipe, accumulation: str,
+                    mb: _MicroBatchCompute, links: _Links,
+                    o: StepTimeOptions) -> _DataParallelComm:
+    """DP / ZeRO over the dp x cp ranks (stride t): gradients reduced, ZeRO shards.
+
+    Under LoRA only the adapters' gradients and updates move; ZeRO-3 gathers the base.
+    ``accumulation`` is the stack's ``fsdp_unsharded_accumulation``.
+    """
+    t, p, g = lay.tp, lay.pp, lay.gpus_per_node
+    m, zero = np.asarray(lay.grad_accum, float), np.asarray(lay.zero)
+    fwd_mb, bwd_mb, sb = mb.fwd_mb, mb.bwd_mb, mb.stage
+    n = lay.dp * lay.cp
     grad_bytes, update_bytes, gather_bytes = sb.grad_bytes, sb.update_bytes, sb.gather_bytes
     dp_span = t * n
-    dp_bps = _ring_bandwidth(dp_span, np.minimum(g // t, n), g, intra_bps, inter_bps)
-    dp_lat = np.where(dp_span <= g, o.intra_node_latency_s, inter_lat)
+    dp_bps = _ring_bandwidth(dp_span, np.minimum(g // t, n), g, links.intra_bps,
+                             links.inter_bps)
+    dp_lat = np.where(dp_span <= g, o.intra_node_latency_s, links.inter_lat)
 
     def rs(size):  # reduce-scatter or all-gather of a `size`-byte array
         return np.where(n > 1, (n - 1) / n * size / dp_bps + (n - 1) * dp_lat, 0.0)
@@ -533,7 +644,6 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     # torch's pipelining stage under PP) reduce-scatters them once per step; under
     # torchtitan's PP the stage also stays gathered: one all-gather per step
     # (torch/distributed/pipelining/stage.py).
-    accumulation = stack.fsdp_unsharded_accumulation
     gather_once = r.fsdp & (accumulation == 'pipeline') & (p > 1)
     reduce_once = r.fsdp & (gather_once | ((accumulation == 'no_sync') & (m > 1)))
     # ZeRO-0: one all-reduce per step after the last backward. ZeRO-1: reduce-scatter,
@@ -559,25 +669,39 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                         [2 * rs(grad_bytes), rs(grad_bytes) + rs(update_bytes),
                          m * rs(grad_bytes) + rs(update_bytes)],
                         m * (2 * rs(gather_bytes) + rs(grad_bytes)))
+    return _DataParallelComm(mb_dp=mb_dp, step_dp=step_dp, traffic=traffic)
 
-    # ---- EP: each MoE layer dispatches its tokens to the experts' ranks and combines
-    # them back, an all-to-all each way forward and again backward (four per layer, six
-    # under full recompute), of the rank's tokens x top-k x h; the EP group spans t x ep
-    # GPUs (stride t); not overlapped.
-    ep_mb = _expert_all_to_all_s(model, lay, tokens_mb, r.act_bytes, rc, busy_layers,
-                                 intra_bps, inter_bps, inter_lat, o.intra_node_latency_s)
 
-    # ---- Pipeline: every micro-batch crosses the busiest stage; (p-1)/v of a
-    # micro-batch's time is the bubble (interleaved 1F1B).
-    t_mb = compute_mb + tp_mb + cp_mb + pp_mb + mb_dp + ep_mb
-    bubble = t_mb * (p - 1) / v
-
-    # ---- Optimizer: read gradients, read/write master and states, write weights.
+def _optimizer_step_s(lay: LayoutArrays, r: PrecisionRecipe, opt: OptimizerKind,
+                      lora: LoraSpec | None, sb: _StageBytes, links: _Links) -> np.ndarray:
+    """Optimizer: read gradients, read/write master and states, write weights (ZeRO >= 1
+    updates the rank's shard of the dp x cp group)."""
     touched = _optimizer_bytes_per_param(r, opt, lora)
-    opt_params = sb.trainable / np.where(zero >= 1, n, 1)
-    optimizer_s = opt_params * touched / hbm_bps
+    n = lay.dp * lay.cp
+    opt_params = sb.trainable / np.where(np.asarray(lay.zero) >= 1, n, 1)
+    return opt_params * touched / links.hbm_bps
 
-    step = t_mb * m + bubble + step_dp + optimizer_s + o.step_overhead_s
+
+@dataclass
+class _PerMicroBatchComm:
+    """Exposed communication seconds of one micro-batch, by parallelism."""
+
+    tp: np.ndarray
+    cp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    dp: _DataParallelComm
+
+
+def _assemble(model: ModelSpec, seq_len: int, lay: LayoutArrays, lora: LoraSpec | None,
+              peak: float, o: StepTimeOptions, mb: _MicroBatchCompute,
+              comm: _PerMicroBatchComm, *, bubble: np.ndarray, optimizer_s: np.ndarray,
+              step: np.ndarray) -> StepTimeArrays:
+    """The step's parts (per micro-batch parts times the accumulation), throughput, and
+    MFU/HFU over the FLOPs the step needs."""
+    s, rc = seq_len, np.asarray(lay.recompute)
+    b, m = np.asarray(lay.micro_batch, float), np.asarray(lay.grad_accum, float)
+    t, p, c, d = lay.tp, lay.pp, lay.cp, lay.dp
     gpus = t * p * c * d
     tokens_step = b * m * d * s
     model_flops = training_flops_per_token(model, s, 'none', False, lora) * tokens_step
@@ -585,18 +709,19 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                                for mode in RECOMPUTE_MODES])
     hardware_flops = paper_per_mode[rc] * tokens_step
     return StepTimeArrays(
-        compute_s=gemm_mb * m, elementwise_s=elementwise_mb * m, bubble_s=bubble,
-        tp_comm_s=tp_mb * m, cp_comm_s=cp_mb * m,
-        pp_comm_s=pp_mb * m, dp_comm_s=mb_dp * m + step_dp, optimizer_s=optimizer_s,
+        compute_s=mb.gemm_mb * m, elementwise_s=mb.elementwise_mb * m, bubble_s=bubble,
+        tp_comm_s=comm.tp * m, cp_comm_s=comm.cp * m,
+        pp_comm_s=comm.pp * m, dp_comm_s=comm.dp.mb_dp * m + comm.dp.step_dp,
+        optimizer_s=optimizer_s,
         overhead_s=np.full(np.shape(step), o.step_overhead_s), step_time_s=step,
-        dp_traffic_s=traffic, efficiency=eta, gemm_flops=gemm, gpus=gpus,
+        dp_traffic_s=comm.dp.traffic, efficiency=mb.eta, gemm_flops=mb.gemm, gpus=gpus,
         tokens_per_step=tokens_step, tokens_per_s=tokens_step / step,
         samples_per_s=b * m * d / step, model_flops_per_step=model_flops,
         hardware_flops_per_step=hardware_flops,
         mfu=model_flops / (step * gpus * peak), hfu=hardware_flops / (step * gpus * peak),
         achieved_flops_per_gpu=hardware_flops / (step * gpus),
-        dequant_s=np.broadcast_to(dequant_mb * m, np.shape(step)).astype(float),
-        ep_comm_s=np.broadcast_to(ep_mb * m, np.shape(step)).astype(float))
+        dequant_s=np.broadcast_to(mb.dequant_mb * m, np.shape(step)).astype(float),
+        ep_comm_s=np.broadcast_to(comm.ep * m, np.shape(step)).astype(float))
 
 
 def torchtitan_sac_recompute_flops(model: ModelSpec) -> float:

@@ -31,10 +31,10 @@ from PySide6.QtWidgets import (
 )
 
 from planner import limits
+from planner.defaults import RECOMPUTE_MODES, ZERO_STAGES
 from planner.errors import InputError
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.stacks import STACKS
-from planner.timing.step_time import RECOMPUTE_MODES
 from ui.core_terms import core_text
 from ui.i18n import QT_TRANSLATE_NOOP, translate
 from ui.plan_inputs import PlanInputs
@@ -399,7 +399,7 @@ class InputPanel(QScrollArea):
                       self.lora_rank_spin, TIPS['lora_rank'])
         self._add_row(form, translate('InputPanel', 'adapter targets'), self.lora_targets_combo,
                       self.lora_targets_combo, TIPS['lora_targets'])
-        self.zero_boxes = {z: QCheckBox(str(z)) for z in (0, 1, 2, 3)}
+        self.zero_boxes = {z: QCheckBox(str(z)) for z in ZERO_STAGES}
         self.zero_row = self._checks(form, translate('InputPanel', 'ZeRO stages'),
                                      self.zero_boxes, TIPS['zero'])
         self.recompute_boxes = {m: QCheckBox(core_text(m)) for m in RECOMPUTE_MODES}
