@@ -441,7 +441,7 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     rc = np.asarray(lay.recompute)
     mb = _microbatch_compute(model, seq_len, gpu, lay, r, lora, attention=attention,
                              torchtitan=stack.key == 'torchtitan', calibration=calibration,
-                             framework=framework, peak=peak, links=links)
+                             framework=framework, peak=peak, links=links, o=o)
     tp_mb = _tp_comm_s(model, lay, r, rc, mb, links, o)
     cp_mb = _cp_comm_s(model, seq_len, lay, r, rc, attention == 'flash', mb, peak, links, o)
     pp_mb = _pp_comm_s(model, lay, r, mb, links, o)
@@ -515,7 +515,8 @@ class _MicroBatchCompute:
 def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: LayoutArrays,
                         r: PrecisionRecipe, lora: LoraSpec | None, *, attention: str,
                         torchtitan: bool, calibration: CalibrationProfile | Mapping | None,
-                        framework: str, peak: float, links: _Links) -> _MicroBatchCompute:
+                        framework: str, peak: float, links: _Links,
+                        o: StepTimeOptions) -> _MicroBatchCompute:
     """FLOPs the GPUs execute (causal saving only with flash attention) and the
     memory-bound work between them, for one micro-batch on the busiest stage."""
     t, p, c = lay.tp, lay.pp, lay.cp
