@@ -170,6 +170,10 @@ def use_profile(lp: LoadedProfile, *, model: ModelSpec | None = None,
     if not step_time:
         return use
     applied, skipped = ['memory_overheads'], {}
+    if precision and framework:  # the stack's own meaning of the word (torchtitan's fp8)
+        from planner.stacks import STACKS
+
+        precision = STACKS[framework].recipe_of(precision) if framework in STACKS else precision
     dtype = RECIPES[precision].compute_dtype if precision else p.step_time.compute_dtype
     efficiency = None
     if dtype != p.step_time.compute_dtype:

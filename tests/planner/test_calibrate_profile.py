@@ -174,6 +174,10 @@ def test_use_profile_applies_efficiency_only_where_it_was_measured(tmp_path):
     megatron = use_profile(lp, gpu=gpu, precision='amp-bf16', framework='megatron',
                            step_time=True)
     assert 'eager PyTorch' in megatron.not_applied['efficiency']
+    # torchtitan's fp8 is its float8 linears over bf16 compute: a bf16 profile applies
+    float8 = use_profile(lp, gpu=gpu, model=TINY, precision='fp8', framework='torchtitan',
+                         step_time=True)
+    assert float8.efficiency is not None
     nccl = profile_doc(collectives={
         'backend': 'nccl', 'world_size': 8, 'alpha_s': 7e-5, 'beta_bytes_per_s': 2.5e11,
         'nccl_memory_bytes': 300 * 2**20,
