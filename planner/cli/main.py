@@ -95,7 +95,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
                          f'= {per_replica}', f'a multiple of {per_replica} GPUs')
     lora = lora_from_args(args)
     stack = estimate_stack(args, lora is not None)
-    precision = (stack.recipe_of(args.precision) if args.precision
+    precision = (stack.recipe_of(args.precision, args.zero) if args.precision
                  else stack.recipe_for(args.zero, lora is not None))
     setup = TrainingSetup(
         seq_len=args.seq_len, micro_batch=args.micro_batch, grad_accum=args.grad_accum,

@@ -86,7 +86,7 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           modes=(_DDP_TITAN, _FSDP_TITAN), precisions=('fsdp-bf16', 'fsdp-fp8', 'fp32'),
           # float8 is a converter in torchtitan (model.converters, torchao Float8Linear),
           # torch.compile and async TP are its switches (torchtitan/config/job_config.py)
-          precision_aliases={'fp8': 'fsdp-fp8'}, options=('compile', 'async_tp'),
+          precision_aliases={'fp8': {'fsdp': 'fsdp-fp8'}}, options=('compile', 'async_tp'),
           recompute={'none': 'none', 'selective': 'selective (op-level SAC)', 'full': 'full'},
           kernels='hf', loss='hf', tensor_parallel=True, pipeline_parallel=True,
           virtual_stages=True, context_parallel=True, expert_parallel=True,

@@ -67,8 +67,9 @@ class Stack:
             DeepSpeed's pipeline schedules keep only the loss.
         launchers: ``planner.export`` formats that run this stack's plans.
         precision_aliases: what a ``--precision`` word means in this stack when it names
-            another recipe than the word itself (torchtitan's ``fp8`` is its torchao
-            float8 converter over FSDP2: the ``fsdp-fp8`` recipe).
+            another recipe than the word itself: word -> {mode name: recipe}, only those
+            modes running it (torchtitan's ``fp8`` is its torchao float8 converter over
+            FSDP2: the ``fsdp-fp8`` recipe of its ``fsdp`` mode).
         options: the stack's own switches a request may turn on (``compile``,
             ``async_tp``: torchtitan's ``[compile]`` and
             ``parallelism.enable_async_tensor_parallel``); ``planner.timing.stack_speed``
@@ -102,7 +103,7 @@ class Stack:
     dp_overlap: float = 0.8
     allocator_fraction: float | None = None
     user_loop: bool = False
-    precision_aliases: dict[str, str] = field(default_factory=dict)
+    precision_aliases: dict[str, dict[str, str]] = field(default_factory=dict)
     options: tuple[str, ...] = ()
     sources: tuple[str, ...] = field(default_factory=tuple)
 
@@ -122,12 +123,20 @@ class Stack:
         modes = self.lora_modes if lora else self.modes
         if not precision:
             return modes
-        recipe = self.recipe_of(precision)
-        return tuple(StackMode(m.name, m.zero_stages, recipe, m.description) for m in modes)
+        alias = self.precision_aliases.get(precision)
+        if alias is not None:
+            return tuple(StackMode(m.name, m.zero_stages, alias[m.name], m.description)
+                         for m in modes if m.name in alias)
+        return tuple(StackMode(m.name, m.zero_stages, precision, m.description) for m in modes)
 
-    def recipe_of(self, precision: str) -> str:
-        """The recipe a ``--precision`` word names in this stack (its alias, or itself)."""
-        return self.precision_aliases.get(precision, precision)
+    def recipe_of(self, precision: str, zero: int | None = None) -> str:
+        """The recipe a ``--precision`` word names in this stack (its alias for the mode
+        that runs ZeRO ``zero``, or the first aliased mode; else the word itself)."""
+        modes = self.modes_for(False, precision) if precision in self.precision_aliases else ()
+        for mode in modes:
+            if zero is None or zero in mode.zero_stages:
+                return mode.precision
+        return modes[0].precision if modes else precision
 
     def runs_precision(self, precision: str) -> bool:
         """Whether ``--precision precision`` is one this stack runs (a recipe or alias)."""
@@ -171,10 +180,13 @@ class Stack:
             raise InputError(names['precision'], f'the {self.key} stack does not run '
                              f'{precision}', ', '.join((*self.precisions,
                                                         *self.precision_aliases)))
-        zeros = {z for m in self.modes_for(lora) for z in m.zero_stages}
+        aliased = bool(precision) and precision in self.precision_aliases
+        zeros = {z for m in self.modes_for(lora, precision if aliased else '')
+                 for z in m.zero_stages}
         if zero_stages and not zeros & set(zero_stages):
             raise InputError(names['zero'], f'the {self.key} stack runs none of ZeRO '
-                             f'{",".join(map(str, zero_stages))}',
+                             f'{",".join(map(str, zero_stages))}'
+                             + (f' with --precision {precision}' if aliased else ''),
                              ', '.join(map(str, sorted(zeros))))
         if recompute_modes and not set(self.recompute) & set(recompute_modes):
             raise InputError(names['recompute'], f'the {self.key} stack runs none of '
@@ -203,6 +215,6 @@ class Stack:
                 'modes': [{'name': m.name, 'zero_stages': list(m.zero_stages),
                            'precision': m.precision} for m in self.modes],
                 'precisions': list(self.precisions), 'recompute': dict(self.recompute),
-                'precision_aliases': dict(self.precision_aliases),
+                'precision_aliases': {k: dict(v) for k, v in self.precision_aliases.items()},
                 'options': list(self.options), 'launchers': list(self.launchers)}
 

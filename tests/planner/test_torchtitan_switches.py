@@ -70,8 +70,9 @@ def test_a_switch_narrows_an_open_search_to_the_stacks_that_have_it():
 
 
 def test_fp8_is_float8_in_torchtitan_and_transformer_engine_in_megatron():
-    assert [m.precision for m in STACKS['torchtitan'].modes_for(False, 'fp8')] == [
-        'fsdp-fp8', 'fsdp-fp8']
+    # float8 is modelled on torchtitan's FSDP2 mode (ZeRO 2-3), not its replicate-only DDP
+    assert [(m.name, m.precision) for m in STACKS['torchtitan'].modes_for(False, 'fp8')] == [
+        ('fsdp', 'fsdp-fp8')]
     assert [m.precision for m in STACKS['megatron'].modes_for(False, 'fp8')] == ['fp8']
     req = request(framework='', precision='fp8', zero_stages=(0, 1, 2, 3),
                   recompute_modes=('none', 'selective', 'full'))
@@ -136,3 +137,20 @@ def test_plan_json_records_the_switches():
     req = request(compile=True)
     assert req.to_dict()['compile'] is True
     assert dataclasses.replace(req, compile=False).to_dict()['compile'] is False
+
+
+def test_estimate_keeps_fp8_for_megatron_unless_torchtitan_is_named(capsys):
+    """``--precision fp8`` alone still means Transformer Engine's recipe; torchtitan's float8
+    runs its FSDP2 mode only, so ZeRO 0 is refused there, naming --zero."""
+    args = ('estimate', '--model', 'llama-3.2-1b', '--seq-len', '2048', '--gpu', 'h100-sxm',
+            '--micro-batch', '2', '--precision', 'fp8')
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0
+    assert 'Stack: megatron (Megatron-LM, fp8)' in out
+    code, out, _ = run_cli(capsys, *args, '--framework', 'torchtitan', '--zero', '3')
+    assert code == 0
+    assert 'fsdp-fp8' in out
+    code, _, err = run_cli(capsys, *args, '--framework', 'torchtitan', '--zero', '0')
+    assert code == 2
+    assert '--zero' in err
+    assert 'fp8' in err
