@@ -312,7 +312,8 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
         f'Cluster: up to {req.max_nodes} x {req.gpus_per_node} {gpu.name}{link}',
         f'{req.precision or STACK_OWN_PRECISION} · {req.optimizer} · {req.attention} '
         f'attention · stacks {", ".join(s.key for s in req.stacks())} · '
-        f'loop {req.loop} · loss {req.loss_kind or STACK_OWN_LOSS} · '
+        + ''.join(f'{o.replace("async_tp", "async TP")} · ' for o in req.options)
+        + f'loop {req.loop} · loss {req.loss_kind or STACK_OWN_LOSS} · '
         f'margin {req.margin_fraction:.0%} · ${req.price:.2f}/GPU-hour',
     ]
     if req.lora is not None:

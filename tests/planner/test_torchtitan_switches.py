@@ -154,3 +154,13 @@ def test_estimate_keeps_fp8_for_megatron_unless_torchtitan_is_named(capsys):
     assert code == 2
     assert '--zero' in err
     assert 'fp8' in err
+
+
+def test_plan_header_names_the_switches(capsys):
+    code, out, _ = run_cli(capsys, 'plan', '--model', 'llama-3.1-8b', '--seq-len', '8192',
+                           '--gpu', 'h100-sxm', '--global-batch', '16', '--tokens', '1B',
+                           '--framework', 'torchtitan', '--precision', 'fp8', '--compile',
+                           '--async-tp', '--top', '1')
+    assert code == 0
+    assert 'stacks torchtitan · compile · async TP · ' in out
+    assert 'fsdp-fp8' in out
