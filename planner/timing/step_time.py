@@ -53,6 +53,7 @@ from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
 from planner.timing.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
+from planner.timing.stack_speed import compiled_compute_s
 
 
 @dataclass(frozen=True)
@@ -555,7 +556,9 @@ def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: Layou
         gemm_mb, elementwise_mb = _float8_compute(model, r, o, per_mode - head_tok, rc,
                                                   busy_layers, tokens_mb, t, lay.dp * c,
                                                   peak * eta, hbm_bps, gemm_mb, elementwise_mb)
-    gemm_mb, elementwise_mb = gemm_mb / o.compute_speedup, elementwise_mb / o.compute_speedup
+    gemm_mb, elementwise_mb = compiled_compute_s(model, s, causal, rc, busy_layers, tokens_mb,
+                                                 t, peak * eta, gemm_mb, elementwise_mb,
+                                                 o.compute_speedup)
     compute_mb = gemm_mb + elementwise_mb
     fwd_mb, bwd_mb = compute_mb * (1 - bwd_fraction), compute_mb * bwd_fraction
     return _MicroBatchCompute(
