@@ -175,7 +175,8 @@ def show_text(plan: PlanFile, path: str) -> str:
         f'Targets: sequence {t.seq_len}, global batch {batch}, data {data}',
         f'Search: {k.precision or OWN_PRECISION} · {k.optimizer} · '
         f'{k.attention} attention · {k.framework or "every stack"} · '
-        f'ZeRO {",".join(map(str, k.zero_stages))} · recompute {",".join(k.recompute_modes)} · '
+        + ('compile · ' if k.compile else '') + ('async TP · ' if k.async_tp else '')
+        + f'ZeRO {",".join(map(str, k.zero_stages))} · recompute {",".join(k.recompute_modes)} · '
         f'margin {k.margin_fraction:.0%}',
         *([] if k.lora is None else [lora_text(plan)]),
         f'Chosen: {c.gpus} GPUs on {c.nodes} node(s) of {c.gpus_per_node}: tp/pp/cp/dp '

@@ -174,3 +174,20 @@ def test_plan_header_names_the_switches(capsys):
     assert code == 0
     assert 'stacks torchtitan · compile · async TP · ' in out
     assert 'fsdp-fp8' in out
+
+
+def test_saved_plan_shows_and_exports_its_switches(capsys, tmp_path):
+    path = tmp_path / 'plan.json'
+    code, _, _ = run_cli(capsys, 'plan', '--model', 'llama-3.1-8b', '--seq-len', '8192',
+                         '--gpu', 'h100-sxm', '--global-batch', '16', '--tokens', '1B',
+                         '--framework', 'torchtitan', '--precision', 'fp8', '--compile',
+                         '--top', '1', '--save', str(path))
+    assert code == 0
+    code, out, _ = run_cli(capsys, 'show', str(path))
+    assert code == 0
+    assert 'torchtitan · compile · ZeRO' in out
+    code, out, _ = run_cli(capsys, 'export', str(path), '--format', 'torchtitan')
+    assert code == 0
+    assert '[compile]\nenable = true' in out
+    assert 'converters = ["quantize.linear.float8"]' in out
+    assert 'enable_async_tensor_parallel' not in out
