@@ -284,8 +284,12 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
     bottom_layer = grad_bytes(np.maximum(params.layer - params.layer_out_proj, 0.0))
     return ModelStateBytes(weights=weights, gradients=gradients, optimizer_states=opt_states,
                            optimizer_step_temp=temp, ddp_buckets=ddp, zero_buckets=zero_b,
-                           zero3_gathered_top=gathered(params.top_unit, prefetch_layers, (3,)),
-                           zero3_gathered_bottom=gathered(params.bottom_unit, 0, (3,)),
+                           # a stage kept gathered holds its units already: no unit and
+                           # prefetch window on top of it
+                           zero3_gathered_top=np.where(
+                               no_reshard, 0.0, gathered(params.top_unit, prefetch_layers, (3,))),
+                           zero3_gathered_bottom=np.where(
+                               no_reshard, 0.0, gathered(params.bottom_unit, 0, (3,))),
                            # the top unit's gradient is written whole at every stage: later
                            # reduce-scattered (ZeRO-2/3) or kept (DDP, ZeRO-1)
                            unsharded_grad_top=gathered(params.top_unit, 0, (0,)),

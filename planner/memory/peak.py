@@ -55,7 +55,7 @@ from planner.memory.model_states import (
     stage_params,
 )
 from planner.memory.recipes import OPTIMIZERS, RECIPES, OptimizerKind, PrecisionRecipe
-from planner.memory.stack_activations import stack_layer_terms
+from planner.memory.stack_activations import stack_edge_bytes, stack_layer_terms
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
@@ -283,7 +283,9 @@ def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, 
     sp = np.asarray(at.sequence_parallel, bool)
     lora = opts.lora if STACKS[opts.framework].kernels == 'hf' else None
     layer_act, layer_full = _layer_activations(model, r, opts, at)
-    edge: EdgeBytes | Spread = edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora)
+    edge: EdgeBytes | Spread = stack_edge_bytes(
+        STACKS[opts.framework], model, r, opts.loss,
+        edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora), b, s, t, c, sp, at.recompute)
     bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp, lora)
     fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c, r, lora)
     extra: _LoraExtras | Spread

@@ -16,7 +16,11 @@ vocabulary means something else:
 
 from __future__ import annotations
 
-from planner.memory.activations import LayerTerms, layer_terms
+from dataclasses import replace
+
+import numpy as np
+
+from planner.memory.activations import EdgeBytes, LayerTerms, layer_terms
 from planner.memory.recipes import PrecisionRecipe
 from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
@@ -31,7 +35,36 @@ def stack_layer_terms(stack: Stack, m: ModelSpec, r: PrecisionRecipe, attention:
     """One layer's saved bytes as ``stack`` runs it under ``recompute``."""
     if stack.key == 'torchtitan' and recompute == 'selective':
         return torchtitan_op_sac_terms(m, r)
-    return layer_terms(m, r, attention, recompute, stack.kernels, lora)
+    terms = layer_terms(m, r, attention, recompute, stack.kernels, lora)
+    if stack.key == 'torchtitan' and recompute == 'none' and lora is None:
+        return torchtitan_norm_terms(m, r, terms)
+    return terms
+
+
+def torchtitan_norm_terms(m: ModelSpec, r: PrecisionRecipe, terms: LayerTerms) -> LayerTerms:
+    """The two norms of a torchtitan layer, where they differ from transformers' RMSNorm.
+
+    * ``nn.RMSNorm`` runs torch's composite ``rms_norm`` (aten/src/ATen/native/
+      layer_norm.cpp ``rms_norm_symint``): the fp32 upcast input times rsqrt, times the
+      weight, in fp32, then ``type_as(input)``; the weight's multiply saves the fp32
+      normalised tensor, where transformers' ``LlamaRMSNorm`` saves it in the input dtype.
+      (Measured on the CPU; a fused CUDA kernel would keep less: this errs high.)
+    * Under TP, the norms are ``SequenceParallel`` and ``PrepareModuleInput`` all-gathers
+      their output to ``Replicate`` before the column-parallel q/k/v and w1/w3, which save
+      that gathered tensor (pytorch/torchtitan torchtitan/models/llama3/infra/parallelize.py
+      ``apply_tp``; torch/distributed/tensor/parallel/style.py). Megatron keeps only the
+      sequence shard and gathers it again in backward; torchtitan keeps the whole
+      sequence, so the norm outputs are not divided by TP: they move to ``per_token``.
+    """
+    if (r.autocast or m.norm != 'rmsnorm' or m.norm_fp32 or m.parallel_residual
+            or m.norms_per_layer != 2):
+        return terms
+    res = float(r.residual_bytes)
+    fp32_normalised = 2 * (4.0 - res)
+    gathered = 2 * res  # one norm output per sublayer, shared by the projections reading it
+    return LayerTerms(hidden=terms.hidden + fp32_normalised - gathered, sharded=terms.sharded,
+                      score=terms.score, per_head_token=terms.per_head_token,
+                      per_token=terms.per_token + gathered * m.hidden_size)
 
 
 def torchtitan_op_sac_terms(m: ModelSpec, r: PrecisionRecipe) -> LayerTerms:
@@ -56,3 +89,33 @@ def torchtitan_op_sac_terms(m: ModelSpec, r: PrecisionRecipe) -> LayerTerms:
     per_token = sum(e * width for width, split in saved if not split)
     return LayerTerms(hidden=float(r.residual_bytes), sharded=float(sharded), score=0.0,
                       per_head_token=LSE_BYTES, per_token=float(per_token))
+
+
+def stack_edge_bytes(stack: Stack, m: ModelSpec, r: PrecisionRecipe, loss: str, edge: EdgeBytes,
+                     b: np.ndarray, s: np.ndarray, t: np.ndarray, c: np.ndarray,
+                     sp: np.ndarray, recompute: np.ndarray) -> EdgeBytes:
+    """The loss side of ``edge`` as ``stack`` runs it (only torchtitan departs).
+
+    torchtitan, its layers not recomputed (``recompute`` 0) and no autocast:
+
+    * the final norm keeps its fp32 normalised tensor, as in :func:`torchtitan_norm_terms`;
+    * under TP the output projection is ``ColwiseParallel(input_layouts=Shard(1))``: it
+      saves its all-gathered input, the whole sequence (``apply_tp``);
+    * loss parallel (on by default under TP): torch's vocab-parallel ``_log_softmax``
+      (torch/distributed/tensor/parallel/loss.py) holds the fp32 input, ``x - max`` and
+      its ``exp`` (or the result) at once: one fp32 logits shard more than aten's fused
+      ``_log_softmax`` beside the bf16 logits.
+    """
+    if stack.key != 'torchtitan' or r.autocast or loss != 'hf':
+        return edge
+    tokens = b * s / c
+    h = m.hidden_size
+    hidden_div = np.where(sp & (t > 1), t, 1)
+    res = float(r.residual_bytes)
+    plain = recompute == 0
+    fp32_norm = (4.0 - res) if m.norm == 'rmsnorm' and not m.norm_fp32 else 0.0
+    saved = np.where(plain, tokens * h / hidden_div * fp32_norm
+                     + tokens * h * res * (1 - 1 / hidden_div), 0.0)
+    loss_parallel = np.where(t > 1, 4.0 * tokens * m.vocab_size / t, 0.0)
+    return replace(edge, last_stage_saved=np.asarray(edge.last_stage_saved + saved, float),
+                   loss_forward_peak=np.asarray(edge.loss_forward_peak + loss_parallel, float))
