@@ -242,6 +242,17 @@ def training_flops_per_token(model: ModelSpec, seq_len: int, recompute: str = 'n
     return full - 2.0 * model.matmul_params_per_token() + 6.0 * adapters + again
 
 
+def flash_backward_rescore_flops(model: ModelSpec, seq_len: int) -> float:
+    """FLOPs per token a flash-attention backward executes beyond twice its forward.
+
+    The kernel keeps no scores: its backward recomputes S = QK^T (and P) before the four
+    gradient matmuls, five matmuls against the forward's two, 2.5x the forward's FLOPs
+    (Dao 2023, FlashAttention-2, Section 3.1.2; Dao-AILab/flash-attention
+    benchmarks/benchmark_flash_attention.py counts ``bwd`` as 2.5 x ``fwd``). Causal.
+    """
+    return 0.5 * 2.0 * seq_len * model.q_size * model.num_layers
+
+
 def _flops_per_token(model: ModelSpec, seq_len: int, causal: bool,
                      lora: LoraSpec | None) -> tuple[np.ndarray, float, float]:
     """(training FLOPs per token by recompute code, forward FLOPs, head fwd + bwd FLOPs).
@@ -251,6 +262,8 @@ def _flops_per_token(model: ModelSpec, seq_len: int, causal: bool,
     """
     per_mode = np.array([training_flops_per_token(model, seq_len, mode, causal, lora)
                          for mode in RECOMPUTE_MODES])
+    if causal:
+        per_mode = per_mode + flash_backward_rescore_flops(model, seq_len)
     fwd = model.forward_flops_per_token(seq_len, causal)
     head = (4.0 if lora is not None else 6.0) * model.vocab_size * model.hidden_size
     if lora is not None:

@@ -286,3 +286,20 @@ def test_eager_pytorch_matches_torchtitan(gpu, gpus, micro, measured):
                           find_interconnect('ib-ndr'), lay, precision='amp-bf16',
                           attention='flash', framework='hf')
     assert float(st.tokens_per_s) / gpus == pytest.approx(measured, rel=0.10)
+
+
+def test_flash_backward_recomputes_the_scores():
+    """A flash kernel's backward runs 2.5x its forward FLOPs (FlashAttention-2, Section
+    3.1.2): flash attention executes half a forward core more per layer than eager's 2x,
+    and the step at long sequence is slower by about that share."""
+    from planner.timing.step_time import _flops_per_token
+
+    m = find_preset('llama-3.1-8b')
+    s = 32768
+    flash, _, _ = _flops_per_token(m, s, True, None)
+    core_fwd = 2.0 * s * m.q_size * m.num_layers  # causal: half of 4·s·q per layer
+    plain = m.training_flops_per_token(s, 'none', True)
+    assert flash[0] - plain == pytest.approx(0.5 * core_fwd)
+    # eager attention keeps its scores: no recomputation in backward
+    eager, _, _ = _flops_per_token(m, s, False, None)
+    assert eager[0] == pytest.approx(m.training_flops_per_token(s, 'none', False))
