@@ -267,6 +267,8 @@ def published_flags(run: dict[str, Any], flags: str | None = None) -> dict[str, 
             out['precision'] = 'fp8'
         if stack == 'torchtitan':
             out.update(compile=bool(run.get('compile')), async_tp=bool(run.get('async_tp')))
+        if megatron and run.get('overlap_grad_reduce'):
+            out['overlap_grad_reduce'] = True
         return out
     precision = ('fp8' if run['precision'] == 'fp8'
                  else 'bf16-mixed' if megatron else 'amp-bf16')

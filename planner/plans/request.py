@@ -193,6 +193,10 @@ class PlanRequest:
         compile: the stack's per-block ``torch.compile`` (torchtitan's ``[compile]``);
             only stacks with that switch are searched.
         async_tp: torchtitan's async tensor parallelism (needs ``compile``).
+        overlap_grad_reduce: Megatron's ``--overlap-grad-reduce`` (with
+            ``--overlap-param-gather``): the gradient reduce-scatter overlaps the backward
+            as DDP's buckets do (``StepTimeOptions().dp_overlap``), where the Megatron stack
+            exposes it by default. Request-level only (no CLI switch yet).
     """
 
     model: ModelSpec
@@ -223,6 +227,7 @@ class PlanRequest:
     lora: LoraSpec | None = None
     compile: bool = False
     async_tp: bool = False
+    overlap_grad_reduce: bool = False
 
     def __post_init__(self) -> None:
         for name, key in (('seq_len', 'seq_len'), ('max_nodes', 'nodes'),
@@ -445,7 +450,8 @@ class PlanRequest:
         from planner.timing.stack_speed import with_switches
 
         options = self.step_options
-        if options.dp_overlap == StepTimeOptions().dp_overlap:
+        if options.dp_overlap == StepTimeOptions().dp_overlap and not (
+                self.overlap_grad_reduce and framework == 'megatron'):
             options = replace(options, dp_overlap=STACKS[framework].dp_overlap)
         return with_switches(options, compile=self.compile and 'compile' in
                              STACKS[framework].options, async_tp=self.async_tp
