@@ -192,6 +192,10 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
         score = softmax + (e if (e != softmax or drop) else 0) + drop * MASK_BYTES
         if m.attn_softcap:
             score += e  # Gemma-2's tanh(scores / cap) output, saved by tanh
+        if m.attention_sinks:
+            # the softmax runs over the scores and one sink logit per head (GPT-OSS's
+            # ``eager_attention_forward``): its saved output has one more column
+            per_head += softmax
     elif attention == 'flash':
         per_head += 4.0
     return LayerTerms(hidden=hidden, sharded=sharded, score=score, per_head_token=per_head,
@@ -232,6 +236,11 @@ def hf_moe_terms(m: ModelSpec, r: PrecisionRecipe) -> tuple[float, float, float]
     k, fe = moe.top_k, moe.expert_ffn_size
     hidden = (e if r.autocast else 0.0) + c * 2 * k
     sharded = c * 4 * k * fe
+    if m.clamped_glu:
+        # GPT-OSS (transformers models/gpt_oss/modeling_gpt_oss.py ``_apply_gate``): the
+        # clamped gate, σ(α·gate), up + 1 and their product are saved where SwiGLU saves
+        # act(gate) alone: three more k·f tensors.
+        sharded += c * 3 * k * fe
     per_token = 4.0 * moe.num_experts + 32.0 * k + 4.0
     if moe.shared_experts:
         fs = moe.shared_ffn_size or fe

@@ -332,6 +332,21 @@ def _qwen3_moe(cfg: Config) -> dict[str, Any]:
     return values
 
 
+def _gpt_oss(cfg: Config) -> dict[str, Any]:
+    # transformers src/transformers/models/gpt_oss/modeling_gpt_oss.py: biased q/k/v/o,
+    # one learned sink logit per head, batched experts with gate_up and down biases, a
+    # biased router; sliding-window layers alternate with full ones (two eager masks); the
+    # eager softmax runs in the logits' dtype.
+    values = {**_llama_like(cfg, tie=False, max_positions=131072),
+              **_all_attn_bias(cfg, True), 'mlp_bias': True, 'attention_sinks': True,
+              'clamped_glu': True, 'softmax_fp32': False,
+              'attention_masks': 2 if cfg.get('sliding_window') else 1}
+    values['moe'] = MoESpec(num_experts=_int(cfg, 'num_local_experts', 128),
+                            top_k=_int(cfg, 'num_experts_per_tok', 4),
+                            expert_ffn_size=values['ffn_size'], router_bias=True)
+    return values
+
+
 def _gemma(cfg: Config) -> dict[str, Any]:
     # transformers runs Gemma's MLP on `hidden_activation` and, when that is unset,
     # on the tanh GeLU whatever `hidden_act` says (the first configs said "gelu").
@@ -404,7 +419,7 @@ _READERS: dict[str, Callable[[Config], dict[str, Any]]] = {
     'llama': _llama, 'mistral': _mistral, 'mixtral': _mixtral, 'qwen2': _qwen2,
     'qwen2_moe': _qwen2_moe, 'qwen3': _qwen3, 'qwen3_moe': _qwen3_moe, 'gemma': _gemma,
     'gemma2': _gemma2, 'gemma3_text': _gemma3_text, 'gpt2': _gpt2, 'gpt_neox': _gpt_neox,
-    'phi3': _phi3, 'olmo2': _olmo2,
+    'phi3': _phi3, 'olmo2': _olmo2, 'gpt_oss': _gpt_oss,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_READERS)
 
@@ -412,6 +427,8 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_READERS)
 _NOTES: dict[str, Callable[[ModelSpec], str]] = {
     'qwen2_moe': lambda s: (f'not counted: the {s.hidden_size} x 1 shared-expert gate of '
                             f'each layer ({s.num_layers * s.hidden_size:,} parameters)'),
+    'gpt_oss': lambda s: ('attention FLOPs counted causal over the whole sequence on '
+                          'every layer: the sliding-window layers do less'),
     'olmo2': lambda s: ('not counted: q/k norms span all heads, '
                         f'{s.num_layers * (s.q_size + s.kv_size - 2 * s.head_dim):,} '
                         'more norm weights'),

@@ -37,7 +37,7 @@ _TYPES = {'int': int, 'bool': bool, 'float': float, 'float | None': float}
 _SPEC_TYPES: dict[str, type] = {
     f.name: _TYPES.get(str(getattr(f.type, '__name__', f.type)), str)
     for f in fields(ModelSpec) if f.name != 'moe'}
-_MOE_TYPES = {f.name: int for f in fields(MoESpec)}
+_MOE_TYPES = {f.name: _TYPES[str(f.type)] for f in fields(MoESpec)}
 _SPEC_REQUIRED = [f.name for f in fields(ModelSpec) if f.default is MISSING and f.name != 'name']
 _MOE_REQUIRED = [f.name for f in fields(MoESpec) if f.default is MISSING]
 
@@ -192,7 +192,7 @@ def _info_from_table(key: str, table: dict[str, Any], user: bool) -> _Preset:
         if bad:
             raise InputError(f'{where}.moe.{bad[0]}', 'unknown field', ', '.join(_MOE_TYPES))
         _require(f'{where}.moe', moe, _MOE_REQUIRED)
-        values['moe'] = MoESpec(**{name: _checked(f'{where}.moe', name, value, int)
+        values['moe'] = MoESpec(**{name: _checked(f'{where}.moe', name, value, _MOE_TYPES[name])
                                    for name, value in moe.items()})
     try:
         spec = ModelSpec(**values)

@@ -35,6 +35,7 @@ class MoESpec:
         shared_experts: experts every token visits (DeepSeek/Qwen-MoE style).
         shared_ffn_size: inner width of one shared expert (0: same as routed).
         first_dense_layers: leading layers that keep the dense MLP.
+        router_bias: the router's linear layer has a bias (GPT-OSS).
     """
 
     num_experts: int
@@ -43,6 +44,7 @@ class MoESpec:
     shared_experts: int = 0
     shared_ffn_size: int = 0
     first_dense_layers: int = 0
+    router_bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class ModelSpec:
     qkv_bias: bool = False
     attn_out_bias: bool = False
     mlp_bias: bool = False
+    attention_sinks: bool = False  # one learned logit per head in the softmax (GPT-OSS)
+    clamped_glu: bool = False  # GPT-OSS's clamped (up + 1)·gate·σ(α·gate) expert activation
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0  # residual and embedding dropout
     moe: MoESpec | None = None
@@ -167,6 +171,8 @@ class ModelSpec:
             n += h
         if self.qk_norm:
             n += 2 * self.head_dim
+        if self.attention_sinks:
+            n += self.num_heads
         return n
 
     def mlp_params(self, ffn_size: int | None = None) -> int:
@@ -186,7 +192,7 @@ class ModelSpec:
         m = self.moe
         if m is None:
             return self.mlp_params(), self.mlp_params()
-        router = self.hidden_size * m.num_experts
+        router = (self.hidden_size + m.router_bias) * m.num_experts
         shared = m.shared_experts * self.mlp_params(m.shared_ffn_size or m.expert_ffn_size)
         total = m.num_experts * self.expert_params() + router + shared
         active = m.top_k * self.expert_params() + router + shared

