@@ -76,6 +76,7 @@ class PlanInputs:
             a profile file.
         compile: the stack's torch.compile switch (torchtitan's ``--compile``).
         async_tp: torchtitan's async TP (``--async-tp``; needs ``compile``).
+        overlap_grad_reduce: Megatron's ``--overlap-grad-reduce``.
     """
 
     model: str = 'llama-3.1-8b'
@@ -108,6 +109,7 @@ class PlanInputs:
     profile: str = 'auto'
     compile: bool = False
     async_tp: bool = False
+    overlap_grad_reduce: bool = False
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -147,6 +149,7 @@ def plan_ask(inputs: PlanInputs, top_k: int = 100) -> PlanAsk:
         price_per_gpu_hour_usd=inputs.price_per_gpu_hour_usd, top_k=top_k,
         lora=lora_spec(inputs), loop=inputs.loop, loss=inputs.loss, profile=inputs.profile,
         compile=inputs.compile, async_tp=inputs.async_tp,
+        overlap_grad_reduce=inputs.overlap_grad_reduce,
         guidance=GuidanceInputs(base_lr=inputs.base_lr,
                                 base_batch_samples=inputs.base_batch_samples,
                                 b_noise_tokens=inputs.b_noise_tokens))

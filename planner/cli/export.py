@@ -176,6 +176,7 @@ def show_text(plan: PlanFile, path: str) -> str:
         f'Search: {k.precision or OWN_PRECISION} · {k.optimizer} · '
         f'{k.attention} attention · {k.framework or "every stack"} · '
         + ('compile · ' if k.compile else '') + ('async TP · ' if k.async_tp else '')
+        + ('overlap grad reduce · ' if k.overlap_grad_reduce else '')
         + f'ZeRO {",".join(map(str, k.zero_stages))} · recompute {",".join(k.recompute_modes)} · '
         f'margin {k.margin_fraction:.0%}',
         *([] if k.lora is None else [lora_text(plan)]),

@@ -115,6 +115,9 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                         'default, as in torchtitan)')
     p.add_argument('--async-tp', action='store_true',
                    help="torchtitan's async tensor parallelism (needs --compile)")
+    p.add_argument('--overlap-grad-reduce', action='store_true',
+                   help="Megatron's --overlap-grad-reduce: the gradient reduce-scatter "
+                        'overlaps the backward (off by default, as in Megatron-LM)')
     add_profile_arg(p)
     add_save_export_args(p)
     p.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -149,6 +152,7 @@ def ask_from_args(args: argparse.Namespace) -> PlanAsk:
         margin_fraction=args.margin,
         price_per_gpu_hour_usd=args.price, sort_by=args.sort, top_k=args.top, limits=limits,
         lora=lora, profile=args.profile, compile=args.compile, async_tp=args.async_tp,
+        overlap_grad_reduce=args.overlap_grad_reduce,
         guidance=guidance_inputs_from_args(args, args.seq_len))
 
 
@@ -312,7 +316,7 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
         f'Cluster: up to {req.max_nodes} x {req.gpus_per_node} {gpu.name}{link}',
         f'{req.precision or STACK_OWN_PRECISION} · {req.optimizer} · {req.attention} '
         f'attention · stacks {", ".join(s.key for s in req.stacks())} · '
-        + ''.join(f'{o.replace("async_tp", "async TP")} · ' for o in req.options)
+        + ''.join(f'{o.replace("async_tp", "async TP").replace("_", " ")} · ' for o in req.options)
         + f'loop {req.loop} · loss {req.loss_kind or STACK_OWN_LOSS} · '
         f'margin {req.margin_fraction:.0%} · ${req.price:.2f}/GPU-hour',
     ]

@@ -69,6 +69,12 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
         args.append(('--sequence-parallel', None))
     if c.zero == 1:
         args.append(('--use-distributed-optimizer', None))
+    if plan.constraints.overlap_grad_reduce:
+        # the plan was timed with the reduce-scatter behind the backward; the parameter
+        # all-gather overlap needs the distributed optimizer (megatron/training/arguments.py)
+        args.append(('--overlap-grad-reduce', None))
+        if c.zero == 1:
+            args.append(('--overlap-param-gather', None))
     if c.recompute == 'selective':
         args.append(('--recompute-activations', None))
     elif c.recompute == 'full':

@@ -118,7 +118,8 @@ class Constraints:
     """The search space and the modelling choices (``PlanRequest`` fields, JSON-ready).
 
     ``lora`` is ``{"rank", "targets", "base_bits"}`` for a LoRA/QLoRA plan, None for full
-    training. ``compile`` and ``async_tp`` are torchtitan's switches (off: not asked).
+    training. ``compile`` and ``async_tp`` are torchtitan's switches (off: not asked);
+    ``overlap_grad_reduce`` is Megatron's (optional in the file: absent is off).
     """
 
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -139,6 +140,7 @@ class Constraints:
     lora: dict[str, Any] | None = None
     compile: bool = False
     async_tp: bool = False
+    overlap_grad_reduce: bool = False
 
     @property
     def lora_spec(self) -> LoraSpec | None:
@@ -283,7 +285,8 @@ class PlanFile:
             step_options=StepTimeOptions(**c.step_options),
             calibration=calibration,
             overheads=None if c.overheads is None else Overheads(**c.overheads),
-            lora=c.lora_spec, compile=c.compile, async_tp=c.async_tp)
+            lora=c.lora_spec, compile=c.compile, async_tp=c.async_tp,
+            overlap_grad_reduce=c.overlap_grad_reduce)
 
 
 # ---- building a plan from a search -------------------------------------------------------
@@ -370,7 +373,8 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
             overheads=None if request.overheads is None
             else dataclasses.asdict(request.overheads),
             lora=None if request.lora is None else request.lora.to_dict(),
-            compile=request.compile, async_tp=request.async_tp),
+            compile=request.compile, async_tp=request.async_tp,
+            overlap_grad_reduce=request.overlap_grad_reduce),
         guidance_inputs=inputs,
         guidance=guidance_record(guidance),
         candidate=chosen_candidate(chosen),
@@ -584,7 +588,8 @@ def _read_constraints(c: Reader) -> Constraints:
         sort_by=c.text('sort_by', 'time'), top_k=c.count('top_k', 10),
         limits=c.mapping('limits', {}) or {}, step_options=c.mapping('step_options', {}) or {},
         overheads=c.mapping('overheads', None), lora=_read_lora(c),
-        compile=c.flag('compile'), async_tp=c.flag('async_tp'))
+        compile=c.flag('compile'), async_tp=c.flag('async_tp'),
+        overlap_grad_reduce=c.flag('overlap_grad_reduce', False))
 
 
 def _read_lora(c: Reader) -> dict[str, Any] | None:

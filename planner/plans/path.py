@@ -81,6 +81,7 @@ class PlanAsk:
         guidance: the reference LR, batch, warmup and noise scale.
         compile: the stack's per-block torch.compile (torchtitan; off by default).
         async_tp: torchtitan's async TP (needs ``compile``).
+        overlap_grad_reduce: Megatron's ``--overlap-grad-reduce`` (off by default).
     """
 
     model: str
@@ -112,6 +113,7 @@ class PlanAsk:
     guidance: GuidanceInputs = field(default_factory=GuidanceInputs)
     compile: bool = False
     async_tp: bool = False
+    overlap_grad_reduce: bool = False
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,7 @@ def build_request(ask: PlanAsk, calibration: CalibrationUse | None = None) -> Pl
         margin_fraction=ask.margin_fraction,
         price_per_gpu_hour_usd=ask.price_per_gpu_hour_usd, sort_by=ask.sort_by,
         top_k=ask.top_k, limits=ask.limits, lora=ask.lora, compile=ask.compile,
-        async_tp=ask.async_tp, **measured)
+        async_tp=ask.async_tp, overlap_grad_reduce=ask.overlap_grad_reduce, **measured)
 
 
 def guidance_for(request: PlanRequest, result: SearchResult, chosen: Candidate | None,

@@ -196,7 +196,8 @@ class PlanRequest:
         overlap_grad_reduce: Megatron's ``--overlap-grad-reduce`` (with
             ``--overlap-param-gather``): the gradient reduce-scatter overlaps the backward
             as DDP's buckets do (``StepTimeOptions().dp_overlap``), where the Megatron stack
-            exposes it by default. Request-level only (no CLI switch yet).
+            exposes it by default (``batchfit plan --overlap-grad-reduce``); only stacks
+            with that switch are searched.
     """
 
     model: ModelSpec
@@ -270,7 +271,7 @@ class PlanRequest:
         if self.max_nodes > 1 and self.inter_node is None:
             raise InputError('--inter-node', 'more than one node needs the network between '
                              'them (batchfit gpus --catalog lists them)')
-        for name in ('compile', 'async_tp'):
+        for name in _SWITCHES:
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise InputError(_flag(name), f'must be true or false, got '
                                  f'{getattr(self, name)!r}')
@@ -284,7 +285,7 @@ class PlanRequest:
     @property
     def options(self) -> tuple[str, ...]:
         """The stack switches this request turns on (``Stack.options`` words)."""
-        return tuple(name for name in ('compile', 'async_tp') if getattr(self, name))
+        return tuple(name for name in _SWITCHES if getattr(self, name))
 
     def _check_stacks(self) -> None:
         """A named stack must run the overrides; with none, some stack must."""
@@ -451,7 +452,8 @@ class PlanRequest:
 
         options = self.step_options
         if options.dp_overlap == StepTimeOptions().dp_overlap and not (
-                self.overlap_grad_reduce and framework == 'megatron'):
+                self.overlap_grad_reduce
+                and 'overlap_grad_reduce' in STACKS[framework].options):
             options = replace(options, dp_overlap=STACKS[framework].dp_overlap)
         return with_switches(options, compile=self.compile and 'compile' in
                              STACKS[framework].options, async_tp=self.async_tp
@@ -488,6 +490,7 @@ class PlanRequest:
             'calibration': None if self.calibration is None else 'given',
             'lora': None if self.lora is None else lora_dict(self.lora, self.model),
             'compile': self.compile, 'async_tp': self.async_tp,
+            'overlap_grad_reduce': self.overlap_grad_reduce,
         }
 
 
@@ -520,6 +523,10 @@ def lora_dict(lora: LoraSpec, model: ModelSpec) -> dict[str, Any]:
     from planner.memory.model_states import lora_params
 
     return {**lora.to_dict(), 'trainable_parameters': lora_params(model, lora)}
+
+
+# The stack switches a request may turn on (``Stack.options`` words).
+_SWITCHES = ('compile', 'async_tp', 'overlap_grad_reduce')
 
 
 def _flag(name: str) -> str:

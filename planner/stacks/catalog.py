@@ -109,7 +109,11 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           kernels='megatron', loss='megatron', tensor_parallel=True, pipeline_parallel=True,
           virtual_stages=True, context_parallel=True, expert_parallel=True,
           sequence_parallel=True, zero_with_pp=(0, 1), persistent_grad_buffer=True,
-          efficiency='megatron', dp_overlap=0.0, launchers=('megatron', 'slurm'),
+          efficiency='megatron', dp_overlap=0.0,
+          # --overlap-grad-reduce (with --overlap-param-gather) buckets the gradient
+          # reduce-scatter behind the backward; off unless asked (Megatron-LM
+          # megatron/core/distributed/distributed_data_parallel_config.py overlap_grad_reduce)
+          options=('overlap_grad_reduce',), launchers=('megatron', 'slurm'),
           sources=('NVIDIA/Megatron-LM docs/user-guide/features/dist_optimizer.md',
                    'NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py')),
     Stack(key='deepspeed', label='DeepSpeed pipeline', description='DeepSpeed engine with its '

@@ -72,8 +72,9 @@ class Stack:
             FSDP2: the ``fsdp-fp8`` recipe of its ``fsdp`` mode).
         options: the stack's own switches a request may turn on (``compile``,
             ``async_tp``: torchtitan's ``[compile]`` and
-            ``parallelism.enable_async_tensor_parallel``); ``planner.timing.stack_speed``
-            times them.
+            ``parallelism.enable_async_tensor_parallel``; ``overlap_grad_reduce``:
+            Megatron's ``--overlap-grad-reduce``); ``planner.timing.stack_speed`` times
+            torchtitan's, the DP overlap Megatron's.
         sources: where the facts come from (repository + path).
     """
 
@@ -167,6 +168,7 @@ class Stack:
         """
         names = {'precision': '--precision', 'zero': '--zero', 'recompute': '--recompute',
                  'lora': '--lora-rank', 'compile': '--compile', 'async_tp': '--async-tp',
+                 'overlap_grad_reduce': '--overlap-grad-reduce',
                  **(field_names or {})}
         for option in options:
             if option not in self.options:

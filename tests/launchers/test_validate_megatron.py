@@ -10,6 +10,7 @@ only, ``allow_abbrev=False``, as Megatron's), and the numbers go through megatro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import warnings
 
 import pytest
@@ -30,7 +31,7 @@ INT_FLAGS = ('--tensor-model-parallel-size', '--pipeline-model-parallel-size',
 SWITCHES = ('--sequence-parallel', '--use-distributed-optimizer', '--recompute-activations',
             '--group-query-attention', '--swiglu', '--untie-embeddings-and-output-weights',
             '--disable-bias-linear', '--add-qkv-bias', '--qk-layernorm', '--bf16', '--fp16',
-            '--use-rope-scaling')
+            '--use-rope-scaling', '--overlap-grad-reduce', '--overlap-param-gather')
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -148,3 +149,25 @@ def test_megatron_builds_the_same_rope_and_norms(tmp_path, model, base, scaling,
     assert a.rotary_percent == percent
     assert a.norm_epsilon == eps
     assert transformer_config(a, 8).layernorm_epsilon == eps
+
+
+@pytest.mark.parametrize('zero', [0, 1])
+def test_overlap_switches_are_what_megatron_core_accepts(tmp_path, zero):
+    """A plan timed with --overlap-grad-reduce exports it, and the parameter-gather overlap
+    only with the distributed optimizer, as megatron-core's DDP config requires."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    plan = make_plan(model='llama-3.1-8b', nodes=2, tp=2, pp=2, zero=zero, micro_batch=1,
+                     global_batch=64, seq_len=4096, framework='megatron')
+    plan = dataclasses.replace(plan, constraints=dataclasses.replace(
+        plan.constraints, overlap_grad_reduce=True))
+    run_script(export_plan(plan, 'megatron').text, tmp_path,
+               {'NODE_RANK': '0', 'MASTER_ADDR': 'h0'})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    a = parse(argv[argv.index('pretrain_gpt.py') + 1:])
+    assert a.overlap_grad_reduce
+    assert a.overlap_param_gather == (zero == 1)
+    config = DistributedDataParallelConfig(
+        overlap_grad_reduce=a.overlap_grad_reduce, overlap_param_gather=a.overlap_param_gather,
+        use_distributed_optimizer=a.use_distributed_optimizer)
+    assert config.overlap_grad_reduce

@@ -205,7 +205,7 @@ def test_a_setup_with_no_precision_takes_its_stack_recipe():
 def test_megatron_overlap_grad_reduce_hides_dp_communication():
     """Megatron exposes the gradient reduce-scatter unless --overlap-grad-reduce is set
     (NVIDIA/Megatron-LM megatron/training/arguments.py); the README's weak-scaling runs set
-    it. Asked for, the Megatron stack overlaps as DDP's buckets do; other stacks ignore it."""
+    it. Asked for, the Megatron stack overlaps as DDP's buckets do; other stacks refuse it."""
     m = find_preset('llama-3.1-8b')
     base = {'model': m, 'seq_len': 4096, 'gpu': find_gpu('h100-sxm'), 'max_nodes': 4,
             'gpus_per_node': 8, 'inter_node': find_interconnect('ib-ndr'), 'global_batch': 32,
@@ -219,6 +219,39 @@ def test_megatron_overlap_grad_reduce_hides_dp_communication():
     assert dp_off > 0
     assert dp_on < 0.5 * dp_off
     assert on.step_time_s < off.step_time_s
-    req = PlanRequest(**{**base, 'framework': 'torchtitan', 'zero_stages': (3,)},
-                      overlap_grad_reduce=True)
-    assert req.step_options_for('torchtitan').dp_overlap == STACKS['torchtitan'].dp_overlap
+    with pytest.raises(InputError, match='torchtitan') as err:  # not a torchtitan switch
+        PlanRequest(**{**base, 'framework': 'torchtitan', 'zero_stages': (3,)},
+                    overlap_grad_reduce=True)
+    assert err.value.field == '--overlap-grad-reduce'
+
+
+def test_overlap_grad_reduce_is_a_megatron_switch_end_to_end(capsys, tmp_path):
+    """``--overlap-grad-reduce``: refused for a stack without it, named in the header,
+    kept by the plan file and written by the Megatron export (with the parameter-gather
+    overlap under the distributed optimizer)."""
+    from tests.cli_helpers import run_cli
+
+    base = ('plan', '--model', 'llama-3.1-8b', '--seq-len', '4096', '--gpu', 'h100-sxm',
+            '--nodes', '2', '--inter-node', 'ib-ndr', '--global-batch', '64', '--tokens',
+            '1B', '--top', '1')
+    code, _, err = run_cli(capsys, *base, '--framework', 'torchtitan', '--overlap-grad-reduce')
+    assert code == 2
+    assert '--overlap-grad-reduce' in err
+    assert 'megatron' in err
+    path = tmp_path / 'plan.json'
+    code, out, _ = run_cli(capsys, *base, '--framework', 'megatron', '--zero', '1',
+                           '--overlap-grad-reduce', '--save', str(path))
+    assert code == 0
+    assert 'overlap grad reduce · ' in out
+    code, out, _ = run_cli(capsys, 'show', str(path))
+    assert code == 0
+    assert 'overlap grad reduce · ' in out
+    code, out, _ = run_cli(capsys, 'export', str(path), '--format', 'megatron')
+    assert code == 0
+    assert '--overlap-grad-reduce' in out
+    assert '--overlap-param-gather' in out
+    # a plan without the switch exports neither (Megatron's default)
+    code, _, _ = run_cli(capsys, *base, '--framework', 'megatron', '--save', str(path))
+    code, out, _ = run_cli(capsys, 'export', str(path), '--format', 'megatron')
+    assert code == 0
+    assert '--overlap-grad-reduce' not in out

@@ -1496,8 +1496,8 @@ or enter another Python above.</source>
         <translation>运行训练任务的软件：其布局、ZeRO 阶段、重计算、精度、内核与启动器。“任意”会对所有能运行该模型的技术栈一起排序。</translation>
     </message>
     <message>
-        <source>torchtitan&apos;s own switches, off by default as in torchtitan: per-block torch.compile (fuses the work between the GEMMs) and async TP (hides the TP collectives behind the GEMMs; needs compile). Float8 is the fp8 precision.</source>
-        <translation>torchtitan 自己的开关，与 torchtitan 一样默认关闭：逐块 torch.compile（融合 GEMM 之间的运算）和异步 TP（把 TP 集合通信藏在 GEMM 后面；需要 compile）。Float8 即 fp8 精度。</translation>
+        <source>The stacks&apos; own switches, off by default as in the stacks: torchtitan&apos;s per-block torch.compile (fuses the work between the GEMMs) and async TP (hides the TP collectives behind the GEMMs; needs compile); Megatron&apos;s --overlap-grad-reduce (the gradient reduce-scatter behind the backward). Float8 is the fp8 precision.</source>
+        <translation>各技术栈自己的开关，与各栈一样默认关闭：torchtitan 的逐块 torch.compile（融合 GEMM 之间的运算）和异步 TP（把 TP 集合通信藏在 GEMM 后面；需要 compile）；Megatron 的 --overlap-grad-reduce（梯度 reduce-scatter 与反向传播重叠）。Float8 即 fp8 精度。</translation>
     </message>
     <message>
         <source>Full training updates every weight. LoRA trains small rank-r adapters on a frozen 16-bit base; QLoRA on a 4-bit NF4 base (bitsandbytes). Both run data parallel with ZeRO/FSDP, as PEFT does: no TP, PP or CP.</source>
@@ -1600,6 +1600,10 @@ or enter another Python above.</source>
     <message>
         <source>async TP</source>
         <translation>异步 TP</translation>
+    </message>
+    <message>
+        <source>overlap grad reduce</source>
+        <translation>梯度归约重叠</translation>
     </message>
     <message>
         <source>stack switches</source>

@@ -55,9 +55,10 @@ if TYPE_CHECKING:
 # Field tooltips, translated when shown (InputPanel._add_row).
 TIPS = {
     'switches': QT_TRANSLATE_NOOP(
-        'InputPanel', "torchtitan's own switches, off by default as in torchtitan: per-block "
-        'torch.compile (fuses the work between the GEMMs) and async TP (hides the TP '
-        'collectives behind the GEMMs; needs compile). Float8 is the fp8 precision.'),
+        'InputPanel', "The stacks' own switches, off by default as in the stacks: torchtitan's "
+        'per-block torch.compile (fuses the work between the GEMMs) and async TP (hides the '
+        'TP collectives behind the GEMMs; needs compile); Megatron\'s --overlap-grad-reduce '
+        '(the gradient reduce-scatter behind the backward). Float8 is the fp8 precision.'),
     'framework': QT_TRANSLATE_NOOP(
         'InputPanel', 'The software that runs the job: its layouts, ZeRO stages, recompute, '
         'precision, kernels and launchers. "any" ranks every stack that can run the model.'),
@@ -360,7 +361,9 @@ class InputPanel(QScrollArea):
         self._add_row(form, translate('InputPanel', 'precision'), self.precision_combo,
                       self.precision_combo, TIPS['precision'])
         self.switch_boxes = {'compile': QCheckBox(translate('InputPanel', 'torch.compile')),
-                             'async_tp': QCheckBox(translate('InputPanel', 'async TP'))}
+                             'async_tp': QCheckBox(translate('InputPanel', 'async TP')),
+                             'overlap_grad_reduce': QCheckBox(
+                                 translate('InputPanel', 'overlap grad reduce'))}
         self.switch_row = self._checks(form, translate('InputPanel', 'stack switches'),
                                        self.switch_boxes, TIPS['switches'])
         self.optimizer_combo = _described_combo(OPTIMIZERS)
