@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QCompleter,
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -364,8 +365,9 @@ class InputPanel(QScrollArea):
                              'async_tp': QCheckBox(translate('InputPanel', 'async TP')),
                              'overlap_grad_reduce': QCheckBox(
                                  translate('InputPanel', 'overlap grad reduce'))}
+        # two a row: the three switches side by side would widen the dock at 1024 px
         self.switch_row = self._checks(form, translate('InputPanel', 'stack switches'),
-                                       self.switch_boxes, TIPS['switches'])
+                                       self.switch_boxes, TIPS['switches'], columns=2)
         self.optimizer_combo = _described_combo(OPTIMIZERS)
         self._add_row(form, translate('InputPanel', 'optimizer'), self.optimizer_combo,
                       self.optimizer_combo, TIPS['optimizer'])
@@ -452,13 +454,16 @@ class InputPanel(QScrollArea):
         self._add_row(form, label, edit, edit, tip)
         return edit
 
-    def _checks(self, form: QFormLayout, label: str, boxes: dict, tip: str) -> QWidget:
+    def _checks(self, form: QFormLayout, label: str, boxes: dict, tip: str,
+                columns: int = 0) -> QWidget:
+        """Check boxes in a grid of ``columns`` (0: one row), as one form row."""
         row = QWidget()
-        lay = QHBoxLayout(row)
+        lay = QGridLayout(row)
         lay.setContentsMargins(0, 0, 0, 0)
-        for box in boxes.values():
-            lay.addWidget(box)
-        lay.addStretch(1)
+        per_row = columns or len(boxes)
+        for i, box in enumerate(boxes.values()):
+            lay.addWidget(box, i // per_row, i % per_row)
+        lay.setColumnStretch(per_row, 1)
         self._add_row(form, label, row, row, tip)
         return row
 
