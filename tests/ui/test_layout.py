@@ -116,3 +116,19 @@ def test_a_wide_window_does_not_stretch_the_last_column(qtbot, window):
     # sized to its contents, not to the table's spare width
     assert header.sectionSize(last) <= wanted + 8
     assert table.viewport().width() > header.length()
+
+
+@pytest.mark.parametrize('stack', ['', 'hf', 'hf-deepspeed', 'torchtitan', 'megatron',
+                                   'deepspeed'])
+def test_the_inputs_fit_their_dock_at_1024_px(qtbot, window, stack):
+    """No field is cut off at the right of the inputs at 1024 x 700, whichever stack's
+    (long) recompute words and switches are shown."""
+    from ui.widgets.input_panel import InputPanel
+
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.width() == 1024, timeout=5_000)
+    panel = window.findChild(InputPanel)
+    panel.framework_combo.setCurrentIndex(panel.framework_combo.findData(stack))
+    window.layout().activate()
+    qtbot.wait(50)
+    assert panel.widget().minimumSizeHint().width() <= panel.viewport().width()

@@ -349,6 +349,7 @@ class InputPanel(QScrollArea):
         # options: the keys are the CLI's values; their descriptions are item tooltips
         box, form = self._group(translate('InputPanel', 'Options'))
         self.framework_combo = QComboBox()
+        _narrow(self.framework_combo)
         self.framework_combo.addItem(translate('InputPanel', 'any stack'), '')
         for key, stack in STACKS.items():
             self.framework_combo.addItem(f'{core_text(stack.label)} ({key})', key)
@@ -365,9 +366,9 @@ class InputPanel(QScrollArea):
                              'async_tp': QCheckBox(translate('InputPanel', 'async TP')),
                              'overlap_grad_reduce': QCheckBox(
                                  translate('InputPanel', 'overlap grad reduce'))}
-        # two a row: the three switches side by side would widen the dock at 1024 px
+        # one a line: side by side they would widen the dock past its 1024 px width
         self.switch_row = self._checks(form, translate('InputPanel', 'stack switches'),
-                                       self.switch_boxes, TIPS['switches'], columns=2)
+                                       self.switch_boxes, TIPS['switches'], columns=1)
         self.optimizer_combo = _described_combo(OPTIMIZERS)
         self._add_row(form, translate('InputPanel', 'optimizer'), self.optimizer_combo,
                       self.optimizer_combo, TIPS['optimizer'])
@@ -408,8 +409,9 @@ class InputPanel(QScrollArea):
         self.zero_row = self._checks(form, translate('InputPanel', 'ZeRO stages'),
                                      self.zero_boxes, TIPS['zero'])
         self.recompute_boxes = {m: QCheckBox(core_text(m)) for m in RECOMPUTE_MODES}
+        # one a line: a stack names them in its own (long) words
         self.recompute_row = self._checks(form, translate('InputPanel', 'recompute'),
-                                          self.recompute_boxes, TIPS['recompute'])
+                                          self.recompute_boxes, TIPS['recompute'], columns=1)
         self.margin_spin = CountEdit('margin_percent')
         self._add_row(form, translate('InputPanel', 'memory margin (%)'), self.margin_spin,
                       self.margin_spin, TIPS['margin'])
@@ -429,6 +431,9 @@ class InputPanel(QScrollArea):
         box = QGroupBox(title)
         form = QFormLayout(box)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        # a field too wide beside its label goes below it, rather than widening the dock
+        # past the window (a stack's own recompute words are long)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         return box, form
 
     def _add_row(self, form: QFormLayout, label: str, field, tip_widget: QWidget,
