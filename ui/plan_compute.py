@@ -189,7 +189,7 @@ def memory_estimate_for(outcome: PlanOutcome, c: Candidate):
                           optimizer=req.optimizer, zero=c.zero, tp=c.tp, pp=c.pp, vpp=c.vpp,
                           cp=c.cp, dp=c.dp, sequence_parallel=req.limits.sequence_parallel,
                           recompute=c.recompute, attention=req.attention,
-                          framework=c.framework, loss=req.loss, lora=req.lora, ep=c.ep,
+                          framework=c.framework, loss=req.loss, lora=req.lora, ep=c.ep, etp=c.etp,
                           loop=req.loop)
     return estimate(req.model, setup, req.gpu, margin_fraction=req.margin_fraction,
                     overheads=req.overheads)

@@ -100,10 +100,10 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help='rows to show')
     p.add_argument('--sort', choices=SORT_KEYS, default=DEFAULT_SORT_KEY,
                    help='rank by time-to-train (default), cost, GPUs used or memory headroom')
-    for axis in ('tp', 'pp', 'cp', 'vpp', 'micro-batch'):
+    for axis in ('tp', 'pp', 'cp', 'vpp', 'ep', 'micro-batch'):
         p.add_argument(f'--max-{axis}', type=positive_int(f'--max-{axis}'),
                        help=f'largest {axis} to consider')
-    for axis in ('tp', 'pp', 'cp', 'vpp', 'micro-batch', 'gpus'):
+    for axis in ('tp', 'pp', 'cp', 'vpp', 'ep', 'micro-batch', 'gpus'):
         p.add_argument(f'--{axis}', type=int_list(f'--{axis}'), default=(),
                        help=f'only these {axis} values (comma-separated)')
     p.add_argument('--uneven-pipeline', action='store_true',
@@ -139,8 +139,8 @@ def ask_from_args(args: argparse.Namespace) -> PlanAsk:
     lora = lora_from_args(args)  # LoRA/QLoRA: PEFT on a frozen base, data parallel only
     limits = LayoutLimits(
         max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_vpp=args.max_vpp,
-        max_micro_batch=args.max_micro_batch, tp=args.tp, pp=args.pp, cp=args.cp,
-        vpp=args.vpp, micro_batch=args.micro_batch, gpus=args.gpus,
+        max_micro_batch=args.max_micro_batch, max_ep=args.max_ep, tp=args.tp, pp=args.pp,
+        cp=args.cp, vpp=args.vpp, ep=args.ep, micro_batch=args.micro_batch, gpus=args.gpus,
         uneven_pipeline=args.uneven_pipeline, sequence_parallel=args.sequence_parallel)
     return PlanAsk(
         model=args.model, seq_len=args.seq_len, gpu=args.gpu, global_batch=args.global_batch,

@@ -62,7 +62,9 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
         ('--micro-batch-size', n.micro_batch), ('--global-batch-size', n.global_batch),
     ]
     if c.ep > 1:
-        args.append(('--expert-model-parallel-size', c.ep))
+        # the plan's expert split; Megatron's default would be the TP size
+        args += [('--expert-model-parallel-size', c.ep),
+                 ('--expert-tensor-parallel-size', c.etp or c.tp)]
     if c.vpp > 1:
         args.append(('--num-layers-per-virtual-pipeline-stage', m.num_layers // (c.pp * c.vpp)))
     if c.sequence_parallel and c.tp > 1:

@@ -98,8 +98,17 @@ def hf_uncast_expert_matmul(m: ModelSpec, t, ep) -> float:
     return m.moe.num_experts / ep * e_sh / t
 
 
-def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> StageParams:
+def expert_tp(t, etp):
+    """The expert-tensor-parallel size: ``etp``, or the TP size where it is 0."""
+    return np.where(np.asarray(etp) == 0, t, etp)
+
+
+def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None,
+                 etp=0) -> StageParams:
     """Elements owned by one rank of the first or last pipeline stage.
+
+    Experts are split over ``ep`` ranks and each expert over ``etp`` (0: the TP size,
+    Megatron's default ``--expert-tensor-parallel-size``).
 
     The most loaded stage has ceil(L/pp) layers. The first stage adds the input
     embedding, the last the final norm and the output head; with pp == 1 both are
@@ -124,8 +133,9 @@ def stage_params(m: ModelSpec, t, pp, ep, stage: str, lora: LoraSpec | None) -> 
         shared = m.moe.shared_experts * (s_sh / t + s_rep)
         router = m.hidden_size * m.moe.num_experts
         dense = dense + moe_layers * (attn_sh / t + attn_rep + shared + router)
-        expert = moe_layers * m.moe.num_experts / ep * (e_sh / t + e_rep)
-        moe_matmul = attn_matmul + m.moe.num_experts / ep * e_sh / t + shared
+        et = expert_tp(t, etp)
+        expert = moe_layers * m.moe.num_experts / ep * (e_sh / et + e_rep)
+        moe_matmul = attn_matmul + m.moe.num_experts / ep * e_sh / et + shared
         matmul = matmul + moe_layers * moe_matmul
         matmul_per_layer = np.maximum(matmul_per_layer, moe_matmul)
     vocab = m.vocab_size * m.hidden_size / t
@@ -214,10 +224,13 @@ class ModelStateBytes:
 def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
                       params: StageParams, dp, cp, ep, zero, offload, framework: str,
                       foreach: bool, lora: LoraSpec | None,
-                      prefetch_layers: int) -> ModelStateBytes:
+                      prefetch_layers: int, tp=1, etp=0) -> ModelStateBytes:
     """Weights, gradients and optimizer states of one rank after ZeRO sharding."""
     shard = np.asarray(dp * cp, float)  # Megatron and FSDP shard over dp x cp
-    shard_e = np.maximum(shard / ep, 1.0)
+    # Experts: the expert-data-parallel group, tp x cp x dp / (ep x etp) ranks
+    # (megatron/core/parallel_state.py ``initialize_model_parallel``): dp x cp / ep when
+    # each expert is split over the TP ranks, Megatron's default.
+    shard_e = np.maximum(shard * tp / (np.asarray(ep) * expert_tp(tp, etp)), 1.0)
     zero = np.asarray(zero)
     offload = np.asarray(offload)
 

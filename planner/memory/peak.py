@@ -135,6 +135,8 @@ class ConfigArrays:
     offload: np.ndarray
     recompute: np.ndarray
     sequence_parallel: np.ndarray
+    # each expert split over etp ranks (0: the TP size, Megatron's default)
+    etp: np.ndarray = field(default_factory=lambda: np.zeros((), int))
 
     @classmethod
     def from_setup(cls, s: TrainingSetup) -> ConfigArrays:
@@ -142,7 +144,7 @@ class ConfigArrays:
         return cls(*(np.asarray(v) for v in (
             s.seq_len, s.micro_batch, s.grad_accum, s.tp, s.pp, s.vpp, s.cp, s.ep, s.dp,
             s.zero, OFFLOAD_CODES[s.offload], RECOMPUTE_CODES[s.recompute],
-            s.sequence_parallel)))
+            s.sequence_parallel, s.etp)))
 
 
 @dataclass
@@ -254,7 +256,8 @@ def _token_rows(cfg: ConfigArrays) -> DistinctRows | None:
 def _state_rows(cfg: ConfigArrays) -> DistinctRows | None:
     """Rows that hold the same model states: what weights, gradients and optimizer states
     depend on."""
-    return distinct_rows(cfg.tp, cfg.pp, cfg.ep, cfg.dp, cfg.cp, cfg.zero, cfg.offload)
+    return distinct_rows(cfg.tp, cfg.pp, cfg.ep, cfg.dp, cfg.cp, cfg.zero, cfg.offload,
+                         cfg.etp)
 
 
 def _picked(cfg: ConfigArrays, rows: DistinctRows | None) -> ConfigArrays:
@@ -322,8 +325,9 @@ def _model_states(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
     """One stage's parameters and model-state bytes for every configuration, evaluated
     once per distinct :func:`_state_rows` row (``rows``; None: on every row)."""
     at = _picked(cfg, rows)
-    params = stage_params(model, at.tp, at.pp, at.ep, stage, opts.lora)
+    params = stage_params(model, at.tp, at.pp, at.ep, stage, opts.lora, at.etp)
     ms = model_state_bytes(model, r, opt, params=params, dp=at.dp, cp=at.cp, ep=at.ep,
+                           tp=at.tp, etp=at.etp,
                            zero=at.zero, offload=at.offload,
                            framework=opts.framework, foreach=opts.foreach, lora=opts.lora,
                            prefetch_layers=opts.zero3_prefetch_layers)

@@ -140,6 +140,9 @@ class TrainingSetup:
     cp: int = 1
     ep: int = 1
     dp: int = 1
+    # each expert split over etp ranks; 0: the TP size (Megatron's default
+    # --expert-tensor-parallel-size); Megatron folds ep x etp out of tp x cp x dp
+    etp: int = 0
     sequence_parallel: bool = True  # only matters when tp > 1
     recompute: str = 'none'
     attention: str = DEFAULT_ATTENTION
@@ -253,9 +256,11 @@ def check_fits_model(setup: TrainingSetup, model: ModelSpec) -> None:
         if model.moe is None or experts % setup.ep:
             raise InputError('--ep', f'{setup.ep} does not divide the {experts} experts',
                              'a divisor of the number of experts (1 for dense models)')
-        if (setup.dp * setup.cp) % setup.ep:
-            raise InputError('--ep', f'{setup.ep} does not divide dp x cp = '
-                             f'{setup.dp * setup.cp}', 'a divisor of dp x cp')
+        etp = setup.etp or setup.tp
+        if setup.tp % etp or (setup.tp * setup.dp * setup.cp) % (setup.ep * etp):
+            raise InputError('--ep', f'ep x etp = {setup.ep} x {etp} does not divide '
+                             f'tp x dp x cp = {setup.tp * setup.dp * setup.cp}',
+                             'ep x etp dividing tp x dp x cp, etp dividing tp')
 
 
 def _divisors_of_both(model: ModelSpec) -> list[int]:

@@ -54,7 +54,7 @@ LAYOUT_FIELDS: tuple[str, ...] = (
     'nodes', 'gpus_per_node', 'gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch',
     'grad_accum', 'global_batch', 'zero')
 # The stack that runs the candidate, its recipe and expert parallelism (schema 3).
-STACK_FIELDS: tuple[str, ...] = ('framework', 'precision', 'ep')
+STACK_FIELDS: tuple[str, ...] = ('framework', 'precision', 'ep', 'etp')
 
 
 # ---- records ----------------------------------------------------------------------------
@@ -196,6 +196,7 @@ class ChosenCandidate:
     framework: str = 'hf'
     precision: str = 'amp-bf16'
     ep: int = 1
+    etp: int = 0  # the expert-tensor-parallel size (0, or absent in a file: the TP size)
 
     @property
     def layout(self) -> str:
@@ -642,7 +643,8 @@ def _read_candidate(c: Reader) -> ChosenCandidate:
                            sequence_parallel=c.flag('sequence_parallel'),
                            estimates=c.mapping('estimates', {}) or {},
                            framework=c.choice('framework', STACK_KEYS),
-                           precision=c.choice('precision', tuple(RECIPES)), ep=c.count('ep'))
+                           precision=c.choice('precision', tuple(RECIPES)), ep=c.count('ep'),
+                           etp=c.whole('etp', 0))
 
 
 def _read_calibration(doc: Reader, key: str) -> dict[str, Any] | None:

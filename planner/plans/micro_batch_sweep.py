@@ -66,7 +66,8 @@ def micro_batch_sweep(req: PlanRequest, c: Candidate) -> MicroBatchSweep:
         nodes=same(c.nodes), gpus_per_node=same(c.gpus_per_node), tp=same(c.tp),
         pp=same(c.pp), vpp=same(c.vpp), cp=same(c.cp), dp=same(c.dp), micro_batch=micro,
         grad_accum=accum, zero=same(c.zero), recompute=same(RECOMPUTE_CODES[c.recompute]),
-        sequence_parallel=same(c.sequence_parallel), ep=same(c.ep))
+        sequence_parallel=same(c.sequence_parallel), ep=same(c.ep),
+        etp=same(c.etp))
     memory = req.memory_arrays(layout)
     step = req.step_times(layout)
     return MicroBatchSweep(

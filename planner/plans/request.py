@@ -441,7 +441,8 @@ class PlanRequest:
             grad_accum=layout.grad_accum, tp=layout.tp, pp=layout.pp, vpp=layout.vpp,
             cp=layout.cp, ep=np.asarray(layout.ep), dp=layout.dp, zero=layout.zero,
             offload=np.asarray(0), recompute=layout.recompute,
-            sequence_parallel=np.asarray(self.limits.sequence_parallel))
+            sequence_parallel=np.asarray(self.limits.sequence_parallel),
+            etp=np.asarray(layout.etp))
 
     def step_options_for(self, framework: str) -> StepTimeOptions:
         """The step-time constants for a stack: its default DP overlap unless the request

@@ -107,13 +107,21 @@ class Candidate:
     framework: str = 'hf'
     precision: str = 'amp-bf16'
     ep: int = 1
+    etp: int = 0  # experts split over etp ranks; 0: over the TP ranks (Megatron's default)
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert-tensor-parallel size (``--expert-tensor-parallel-size``)."""
+        return self.etp or self.tp
 
     @property
     def layout(self) -> str:
         """``tp/pp/cp/dp`` with the virtual stages when interleaved (and ``ep`` when
-        experts are split)."""
+        experts are split, with ``etp`` when it is not the TP size)."""
         pp = f'{self.pp}x{self.vpp}' if self.vpp > 1 else f'{self.pp}'
         ep = f' ep{self.ep}' if self.ep > 1 else ''
+        if self.ep > 1 and self.expert_tp != self.tp:
+            ep += f' etp{self.expert_tp}'
         return f'{self.tp}/{pp}/{self.cp}/{self.dp}{ep}'
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,6 +131,8 @@ class Candidate:
             value = getattr(self, name)
             if name == 'memory':
                 value = value.to_dict()
+            elif name == 'etp':
+                value = self.expert_tp
             elif isinstance(value, float) and not math.isfinite(value):
                 value = None
             out[name] = value
@@ -223,7 +233,7 @@ class SearchResult:
                                ints(lay.dp))
         micro, accum, zero = ints(lay.micro_batch), ints(lay.grad_accum), ints(lay.zero)
         recompute, sp = ints(lay.recompute), ints(lay.sequence_parallel)
-        ep, modes = ints(lay.ep), ints(lay.mode)
+        ep, etp, modes = ints(lay.ep), ints(lay.etp), ints(lay.mode)
         plan_modes = req.plan_modes()
         scalars = {name: at(getattr(st, name)) for name in (
             'step_time_s', 'tokens_per_s', 'samples_per_s', 'mfu', 'hfu', 'efficiency',
@@ -247,7 +257,7 @@ class SearchResult:
                     headroom_bytes=usable - total[j], margin_fraction=req.margin_fraction),
                 step_breakdown_s={name: breakdown[name][j] for name in breakdown_names},
                 on_pareto=bool(on_pareto[j]), framework=plan_modes[modes[j]].stack,
-                precision=plan_modes[modes[j]].precision, ep=ep[j],
+                precision=plan_modes[modes[j]].precision, ep=ep[j], etp=etp[j],
                 **{name: values[j] for name, values in scalars.items()}))
         return out
 
@@ -281,7 +291,7 @@ class SearchResult:
         shape = np.shape(st.step_time_s)
         columns = [np.broadcast_to(a, shape)[order].astype(np.int64) for a in (
             time_bucket(st.step_time_s), st.gpus, lay.tp, lay.pp, lay.vpp, lay.zero,
-            lay.recompute, lay.ep, lay.mode)]
+            lay.recompute, lay.ep, lay.etp, lay.mode)]
         keys = packed_key(columns)
         _, first = np.unique(keys, axis=0 if keys.ndim == 2 else None, return_index=True)
         mask[first] = True

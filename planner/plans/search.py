@@ -325,18 +325,33 @@ def _enumerate_mode(req: PlanRequest, code: int, mode: PlanMode, batch_samples: 
     sel = {k: a[il] for k, a in sel.items()}
     sel['zero'], sel['recompute'] = zeros[iz], codes[ir]
 
-    # Stage 5: expert parallelism (MoE, stacks with EP): EP divides dp x cp.
-    ep = ax['ep']
+    # Stage 5: expert parallelism (MoE, stacks with EP). Each expert split over the TP
+    # ranks (etp 0, "as TP"): EP divides dp x cp. A stack with expert tensor parallelism
+    # (Megatron) also runs whole experts (etp 1) with EP folded out of tp x dp x cp.
+    ep, etp = _expert_axes(ax['ep'], stack.expert_tensor_parallel and ax['ep'].max() > 1)
     dp_cp = sel['dp'] * sel['cp']
+    tp = sel['tp']
 
     def stage5(lo: int, hi: int) -> np.ndarray:
-        return dp_cp[lo:hi, None] % ep[None, :] == 0
+        folded = np.where(etp[None, :] == 0, 1, tp[lo:hi, None])
+        return ((dp_cp[lo:hi, None] * folded) % ep[None, :] == 0) & (
+            (etp[None, :] == 0) | (tp[lo:hi, None] > 1))
 
     il, ie = _nonzero_bounded(stage5, dp_cp.size, ep.size, 'x expert parallel', cap, 2)
     return LayoutArrays(**{k: a[il] for k, a in sel.items()},
                         sequence_parallel=np.full(il.size, req.limits.sequence_parallel
                                                   and stack.sequence_parallel),
-                        ep=ep[ie], mode=np.full(il.size, code))
+                        ep=ep[ie], etp=etp[ie], mode=np.full(il.size, code))
+
+
+def _expert_axes(ep: np.ndarray, whole_experts: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(ep, etp) pairs to try: every EP size with experts split as TP (etp 0), and with
+    ``whole_experts`` the EP sizes above 1 again with etp 1."""
+    etp = np.zeros(ep.size, int)
+    if not whole_experts:
+        return ep, etp
+    many = ep[ep > 1]
+    return np.concatenate([ep, many]), np.concatenate([etp, np.ones(many.size, int)])
 
 
 # ---- ranking ----------------------------------------------------------------------------

@@ -109,6 +109,10 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           kernels='megatron', loss='megatron', tensor_parallel=True, pipeline_parallel=True,
           virtual_stages=True, context_parallel=True, expert_parallel=True,
           sequence_parallel=True, zero_with_pp=(0, 1), persistent_grad_buffer=True,
+          # --expert-tensor-parallel-size (default: the TP size); the expert ranks are
+          # folded out of tp x cp x dp (megatron/core/parallel_state.py
+          # initialize_model_parallel: expert-data-parallel = tp*cp*dp / (ep*etp))
+          expert_tensor_parallel=True,
           efficiency='megatron', dp_overlap=0.0,
           # --overlap-grad-reduce (with --overlap-param-gather) buckets the gradient
           # reduce-scatter behind the backward; off unless asked (Megatron-LM

@@ -43,6 +43,8 @@ class Stack:
             (vocab-parallel fp32 cross-entropy).
         tensor_parallel, pipeline_parallel, virtual_stages, context_parallel,
             expert_parallel, sequence_parallel: the layout axes the stack runs.
+        expert_tensor_parallel: experts may run whole (expert tensor parallelism 1) with
+            EP folded out of tp x dp x cp, besides split over the TP ranks.
         zero_with_pp: ZeRO stages allowed together with a pipeline.
         zero0_with_split: whether ZeRO-0 (replicated) composes with TP/PP/CP
             (torchtitan's replicate-only DDP does not).
@@ -93,6 +95,7 @@ class Stack:
     virtual_stages: bool = False
     context_parallel: bool = False
     expert_parallel: bool = False
+    expert_tensor_parallel: bool = False
     sequence_parallel: bool = False
     zero_with_pp: tuple[int, ...] = ()
     zero0_with_split: bool = True
@@ -196,8 +199,11 @@ class Stack:
                                  f'{k} ({v})' for k, v in self.recompute.items()))
 
     def check_layout(self, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1,
-                     ep: int = 1, zero: int = 0) -> None:
-        """Raise InputError when this stack does not run the layout."""
+                     ep: int = 1, zero: int = 0, etp: int = 0) -> None:
+        """Raise InputError when this stack does not run the layout (``etp`` 0: as TP)."""
+        if etp and etp != tp and not self.expert_tensor_parallel:
+            raise InputError('--etp', f'the {self.key} stack splits each expert over the TP '
+                             'ranks', f'{tp} (the TP size), or --framework megatron')
         axes = (('--tp', tp, self.tensor_parallel), ('--pp', pp, self.pipeline_parallel),
                 ('--vpp', vpp, self.virtual_stages), ('--cp', cp, self.context_parallel),
                 ('--ep', ep, self.expert_parallel))

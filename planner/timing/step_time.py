@@ -43,6 +43,7 @@ from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
 from planner.memory.model_states import (
     ADAPTER_BYTES,
+    expert_tp,
     lora_base_bytes_per_param,
     lora_params,
     lora_weight_bytes,
@@ -96,9 +97,10 @@ class LayoutArrays:
     ``nodes`` x ``gpus_per_node`` are the GPUs a candidate uses (so
     ``tp * pp * cp * dp == nodes * gpus_per_node``); ranks are ordered TP fastest,
     then CP, DP and PP, as Megatron's default ``tp-cp-ep-dp-pp``. ``recompute`` holds
-    codes into :data:`RECOMPUTE_MODES`. ``ep`` is the expert-parallel size (inside the
-    ``dp * cp`` ranks); ``mode`` indexes the plan search's stack modes (0 outside a
-    search).
+    codes into :data:`RECOMPUTE_MODES`. ``ep`` is the expert-parallel size and ``etp``
+    the expert-tensor-parallel size (0: the TP size, so EP lies inside the ``dp * cp``
+    ranks; 1: whole experts, EP folded out of ``tp * dp * cp``); ``mode`` indexes the
+    plan search's stack modes (0 outside a search).
     """
 
     nodes: np.ndarray
@@ -115,6 +117,7 @@ class LayoutArrays:
     sequence_parallel: np.ndarray
     ep: np.ndarray = field(default_factory=lambda: np.ones((), int))
     mode: np.ndarray = field(default_factory=lambda: np.zeros((), int))
+    etp: np.ndarray = field(default_factory=lambda: np.zeros((), int))  # 0: as TP
 
     def __len__(self) -> int:
         return int(np.size(self.tp))
@@ -331,7 +334,7 @@ class _StageBytes:
 
 
 def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
-                 lora: LoraSpec | None, ep=1) -> _StageBytes:
+                 lora: LoraSpec | None, ep=1, etp=0) -> _StageBytes:
     """Per-rank parameter bytes of the busiest stage, full training or LoRA.
 
     Full training moves every parameter in the recipe's gradient and weight bytes. Under
@@ -342,7 +345,7 @@ def _stage_bytes(model: ModelSpec, r: PrecisionRecipe, t, p,
     # The memory model's partition (planner.memory.model_states.stage_params), once.
     # experts split over EP: what one rank holds (dense part over TP, its own experts)
     ep = np.ones(np.broadcast_shapes(np.shape(p), np.shape(ep)), int) * ep
-    stages = [stage_params(model, t, p, ep, stage, lora) for stage in ('first', 'last')]
+    stages = [stage_params(model, t, p, ep, stage, lora, etp) for stage in ('first', 'last')]
     if lora is None:
         psi = np.maximum(*(s.dense + s.expert for s in stages))
         gather = psi * r.gathered_bytes
@@ -561,7 +564,7 @@ def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: Layou
     hbm_bps = links.hbm_bps
     elementwise = (_elementwise_bytes_per_token(model, s, attention, r.act_bytes)[rc]
                    + _adapter_bytes_per_token(model, r, lora)[rc])
-    sb = _stage_bytes(model, r, t, p, lora, lay.ep)
+    sb = _stage_bytes(model, r, t, p, lora, lay.ep, lay.etp)
     dequant_mb = sb.quantized * _dequant_bytes_per_param(r, lora)[rc] / hbm_bps
     elementwise_mb = busy_layers * elementwise * tokens_mb / t / hbm_bps + dequant_mb
     gemm_mb = stage_tok * tokens_mb / t / (peak * eta)
@@ -760,7 +763,8 @@ def _expert_all_to_all_s(model: ModelSpec, lay: LayoutArrays, tokens_mb, act_byt
         return np.zeros(())
     t, g = lay.tp, lay.gpus_per_node
     volume = tokens_mb / t * model.moe.top_k * model.hidden_size * act_bytes
-    inside = t * ep <= g
+    # the EP group's ranks sit etp apart (TP fastest; etp 1: consecutive ranks)
+    inside = expert_tp(t, lay.etp) * ep <= g
     bps = np.where(inside, intra_bps, inter_bps)
     lat = np.where(inside, intra_lat, inter_lat)
     one = (ep - 1) / ep * volume / bps + (ep - 1) * lat

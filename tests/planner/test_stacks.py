@@ -94,7 +94,13 @@ def test_ep_is_searched_for_moe_and_changes_the_time():
     result = search(req)
     ep = np.asarray(result.layout.ep)
     assert ep.max() > 1
-    assert np.all((result.layout.dp * result.layout.cp) % ep == 0)
+    lay = result.layout
+    etp = np.where(lay.etp == 0, lay.tp, lay.etp)
+    # experts split over the TP ranks: EP inside dp x cp; whole experts (Megatron's
+    # expert tensor parallelism 1): EP folded out of tp x dp x cp
+    assert np.all((lay.dp * lay.cp * lay.tp) % (ep * etp) == 0)
+    assert np.all(((lay.dp * lay.cp) % ep == 0) | (etp == 1))
+    assert np.any((etp == 1) & (lay.tp > 1) & ((lay.dp * lay.cp) % ep != 0))
     split = np.flatnonzero(ep > 1)
     assert np.all(np.asarray(result.step.ep_comm_s)[split] > 0)
     assert np.all(np.asarray(result.step.ep_comm_s)[ep == 1] == 0)
@@ -255,3 +261,44 @@ def test_overlap_grad_reduce_is_a_megatron_switch_end_to_end(capsys, tmp_path):
     code, out, _ = run_cli(capsys, 'export', str(path), '--format', 'megatron')
     assert code == 0
     assert '--overlap-grad-reduce' not in out
+
+
+def test_megatron_folds_expert_parallelism_out_of_tensor_parallelism(capsys, tmp_path):
+    """Megatron-Core forms the expert groups from tp x cp x dp (expert-data-parallel =
+    tp*cp*dp / (ep*etp), megatron/core/parallel_state.py): Qwen3-235B-A22B at TP 2, PP 8,
+    EP 32 on 256 GPUs (Megatron-Bridge's published layout) needs whole experts (ETP 1),
+    since EP 32 exceeds dp x cp = 16."""
+    from planner.models.presets import find_preset as preset
+    from tests.cli_helpers import run_cli
+
+    m = preset('qwen3-235b-a22b')
+    split = TrainingSetup(seq_len=4096, tp=2, pp=8, dp=16, ep=8, zero=1,
+                          framework='megatron', precision='bf16-mixed')
+    whole = split.with_changes(etp=1)
+    a, b = estimate(m, split), estimate(m, whole)
+    # the same EP with whole experts: each rank holds twice the expert weights ...
+    assert b.components['weights'] > 1.5 * a.components['weights']
+    # ... and EP may now reach past dp x cp
+    with pytest.raises(InputError):
+        estimate(m, split.with_changes(ep=32))
+    folded = estimate(m, whole.with_changes(ep=32))
+    assert folded.components['weights'] < b.components['weights']
+    path = tmp_path / 'plan.json'
+    # a plan whose EP (8) exceeds dp x cp (4): only whole experts fold it in
+    code, out, _ = run_cli(capsys, 'plan', '--model', 'qwen3-30b-a3b', '--seq-len', '4096',
+                           '--gpu', 'h100-sxm', '--nodes', '2', '--inter-node', 'ib-ndr',
+                           '--global-batch', '256', '--tokens', '10B', '--framework',
+                           'megatron', '--tp', '2', '--pp', '2', '--ep', '8', '--top', '1',
+                           '--save', str(path))
+    assert code == 0
+    assert 'ep8 etp1' in out
+    code, out, _ = run_cli(capsys, 'export', str(path), '--format', 'megatron')
+    assert code == 0
+    assert '--expert-model-parallel-size 8' in out
+    assert '--expert-tensor-parallel-size 1' in out
+    code, _, err = run_cli(capsys, 'estimate', '--model', 'qwen3-235b-a22b', '--seq-len',
+                           '4096', '--micro-batch', '1', '--nodes', '32', '--gpus-per-node',
+                           '8', '--tp', '2', '--pp', '8', '--ep', '32', '--etp', '1', '--zero',
+                           '3', '--framework', 'torchtitan')
+    assert code == 2
+    assert '--etp' in err
