@@ -125,6 +125,8 @@ RANGES: dict[str, Range] = {
     'gpus': Range('--gpus', 1, MAX_GPUS),
     'tp': Range('--tp', 1, 1024), 'pp': Range('--pp', 1, 4096),
     'cp': Range('--cp', 1, 2**16), 'ep': Range('--ep', 1, 2**16),
+    # 0: the TP size (Megatron's default --expert-tensor-parallel-size)
+    'etp': Range('--etp', 0, 1024), 'dp_replicate': Range('--dp-replicate', 1, MAX_GPUS),
     'vpp': Range('--vpp', 1, 4096), 'dp': Range('--dp', 1, MAX_GPUS),
     # Largest published global batches are ~6e7 tokens (DeepSeek-V3: 15,360 x 4K).
     'global_batch': Range('--global-batch', 1, 10**10, unit='sequences'),

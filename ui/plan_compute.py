@@ -190,6 +190,7 @@ def memory_estimate_for(outcome: PlanOutcome, c: Candidate):
                           cp=c.cp, dp=c.dp, sequence_parallel=req.limits.sequence_parallel,
                           recompute=c.recompute, attention=req.attention,
                           framework=c.framework, loss=req.loss, lora=req.lora, ep=c.ep, etp=c.etp,
+                          dp_replicate=c.dp_replicate,
                           loop=req.loop)
     return estimate(req.model, setup, req.gpu, margin_fraction=req.margin_fraction,
                     overheads=req.overheads)

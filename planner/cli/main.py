@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument('--gpus-per-node', type=positive_int('--gpus-per-node'), default=1)
     for flag in ('--tp', '--pp', '--cp', '--ep', '--vpp'):
         est.add_argument(flag, type=positive_int(flag), default=1)
+    est.add_argument('--dp-replicate', type=positive_int('--dp-replicate'), default=1,
+                     help='HSDP: replicas of the FSDP shard group (torchtitan '
+                          'data_parallel_replicate_degree; default 1, FSDP over all of DP)')
     est.add_argument('--etp', type=positive_int('--etp'), default=0,
                      help='expert tensor parallelism: each expert split over this many ranks '
                           '(default: the TP size); megatron folds ep x etp out of tp x dp x cp')
@@ -104,7 +107,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         seq_len=args.seq_len, micro_batch=args.micro_batch, grad_accum=args.grad_accum,
         precision=precision, optimizer=args.optimizer, zero=args.zero,
         offload=args.offload, tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
-        etp=args.etp, dp=world // per_replica, sequence_parallel=args.sequence_parallel,
+        etp=args.etp, dp_replicate=args.dp_replicate, dp=world // per_replica,
+        sequence_parallel=args.sequence_parallel,
         recompute=args.recompute, attention=args.attention, framework=stack.key,
         loss=args.loss, lora=lora, foreach=args.foreach, loop=args.loop)
     # A profile of this GPU replaces the default overheads with measured ones (the plan's
@@ -142,7 +146,7 @@ def estimate_stack(args: argparse.Namespace, lora: bool):
         stack.check(precision=args.precision, zero_stages=(args.zero,),
                     recompute_modes=(args.recompute,), lora=lora)
         stack.check_layout(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
-                           zero=args.zero, etp=args.etp)
+                           zero=args.zero, etp=args.etp, dp_replicate=args.dp_replicate)
 
     if args.framework:
         stack = get_stack(args.framework)

@@ -149,6 +149,9 @@ def _switches(plan: PlanFile, parallelism: dict[str, Any], model: dict[str, Any]
 def _data_parallel(plan: PlanFile, n: BatchNumbers, notes: list[str]) -> tuple[int, int, str]:
     """(replicate, shard, fsdp_reshard_after_forward) for the plan's ZeRO stage."""
     c = plan.candidate
+    if c.zero >= 2 and c.dp_replicate > 1:  # HSDP: FSDP in each replica's shard group
+        return (c.dp_replicate, n.dp // c.dp_replicate,
+                'default' if c.zero == 3 else 'never')
     if c.zero == 3:
         return 1, n.dp, 'default'
     if c.zero == 0 and n.model_parallel == 1:

@@ -224,9 +224,14 @@ class ModelStateBytes:
 def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
                       params: StageParams, dp, cp, ep, zero, offload, framework: str,
                       foreach: bool, lora: LoraSpec | None,
-                      prefetch_layers: int, tp=1, etp=0) -> ModelStateBytes:
-    """Weights, gradients and optimizer states of one rank after ZeRO sharding."""
-    shard = np.asarray(dp * cp, float)  # Megatron and FSDP shard over dp x cp
+                      prefetch_layers: int, tp=1, etp=0, replicate=1) -> ModelStateBytes:
+    """Weights, gradients and optimizer states of one rank after ZeRO sharding.
+
+    ``replicate`` > 1 is HSDP: FSDP shards over dp x cp / replicate ranks and keeps
+    ``replicate`` copies of that shard group (torch fully_shard on a 2-D mesh).
+    """
+    # Megatron and FSDP shard over dp x cp (HSDP: over one replica's shard group)
+    shard = np.asarray(dp * cp, float) / np.asarray(replicate, float)
     # Experts: the expert-data-parallel group, tp x cp x dp / (ep x etp) ranks
     # (megatron/core/parallel_state.py ``initialize_model_parallel``): dp x cp / ep when
     # each expert is split over the TP ranks, Megatron's default.

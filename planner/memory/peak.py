@@ -137,6 +137,8 @@ class ConfigArrays:
     sequence_parallel: np.ndarray
     # each expert split over etp ranks (0: the TP size, Megatron's default)
     etp: np.ndarray = field(default_factory=lambda: np.zeros((), int))
+    # HSDP: copies of the FSDP shard group (1: FSDP shards over all of dp x cp)
+    dp_replicate: np.ndarray = field(default_factory=lambda: np.ones((), int))
 
     @classmethod
     def from_setup(cls, s: TrainingSetup) -> ConfigArrays:
@@ -144,7 +146,7 @@ class ConfigArrays:
         return cls(*(np.asarray(v) for v in (
             s.seq_len, s.micro_batch, s.grad_accum, s.tp, s.pp, s.vpp, s.cp, s.ep, s.dp,
             s.zero, OFFLOAD_CODES[s.offload], RECOMPUTE_CODES[s.recompute],
-            s.sequence_parallel, s.etp)))
+            s.sequence_parallel, s.etp, s.dp_replicate)))
 
 
 @dataclass
@@ -257,7 +259,7 @@ def _state_rows(cfg: ConfigArrays) -> DistinctRows | None:
     """Rows that hold the same model states: what weights, gradients and optimizer states
     depend on."""
     return distinct_rows(cfg.tp, cfg.pp, cfg.ep, cfg.dp, cfg.cp, cfg.zero, cfg.offload,
-                         cfg.etp)
+                         cfg.etp, cfg.dp_replicate)
 
 
 def _picked(cfg: ConfigArrays, rows: DistinctRows | None) -> ConfigArrays:
@@ -327,7 +329,7 @@ def _model_states(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
     at = _picked(cfg, rows)
     params = stage_params(model, at.tp, at.pp, at.ep, stage, opts.lora, at.etp)
     ms = model_state_bytes(model, r, opt, params=params, dp=at.dp, cp=at.cp, ep=at.ep,
-                           tp=at.tp, etp=at.etp,
+                           tp=at.tp, etp=at.etp, replicate=at.dp_replicate,
                            zero=at.zero, offload=at.offload,
                            framework=opts.framework, foreach=opts.foreach, lora=opts.lora,
                            prefetch_layers=opts.zero3_prefetch_layers)

@@ -143,6 +143,9 @@ class TrainingSetup:
     # each expert split over etp ranks; 0: the TP size (Megatron's default
     # --expert-tensor-parallel-size); Megatron folds ep x etp out of tp x cp x dp
     etp: int = 0
+    # HSDP: replicas of the FSDP shard group, which then spans dp x cp / replicate ranks
+    # (torchtitan's data_parallel_replicate_degree); 1: FSDP over all of dp x cp
+    dp_replicate: int = 1
     sequence_parallel: bool = True  # only matters when tp > 1
     recompute: str = 'none'
     attention: str = DEFAULT_ATTENTION
@@ -162,7 +165,8 @@ class TrainingSetup:
             # '': the stack's own recipe at this ZeRO stage (``--framework`` implies it)
             object.__setattr__(self, 'precision', STACKS[self.framework].recipe_for(
                 self.zero, self.lora is not None))
-        for name in ('seq_len', 'micro_batch', 'grad_accum', 'tp', 'pp', 'vpp', 'cp', 'ep', 'dp'):
+        for name in ('seq_len', 'micro_batch', 'grad_accum', 'tp', 'pp', 'vpp', 'cp', 'ep', 'dp',
+                     'etp', 'dp_replicate'):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InputError(_flag(name), f'must be a whole number, got {value!r}')
@@ -251,6 +255,11 @@ def check_fits_model(setup: TrainingSetup, model: ModelSpec) -> None:
     if setup.seq_len % setup.cp:
         raise InputError('--cp', f'{setup.cp} does not divide seq_len={setup.seq_len}',
                          'a divisor of the sequence length')
+    if setup.dp_replicate > 1 and (setup.dp % setup.dp_replicate or setup.zero < 2
+                                   or setup.dp_replicate == setup.dp * setup.cp):
+        raise InputError('--dp-replicate', 'HSDP replicates an FSDP (ZeRO 2-3) shard group '
+                         f'of dp x cp / {setup.dp_replicate} ranks',
+                         'a divisor of dp below dp x cp, with --zero 2 or 3')
     if setup.ep > 1:
         experts = model.moe.num_experts if model.moe else 1
         if model.moe is None or experts % setup.ep:

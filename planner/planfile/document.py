@@ -54,7 +54,7 @@ LAYOUT_FIELDS: tuple[str, ...] = (
     'nodes', 'gpus_per_node', 'gpus', 'tp', 'pp', 'vpp', 'cp', 'dp', 'micro_batch',
     'grad_accum', 'global_batch', 'zero')
 # The stack that runs the candidate, its recipe and expert parallelism (schema 3).
-STACK_FIELDS: tuple[str, ...] = ('framework', 'precision', 'ep', 'etp')
+STACK_FIELDS: tuple[str, ...] = ('framework', 'precision', 'ep', 'etp', 'dp_replicate')
 
 
 # ---- records ----------------------------------------------------------------------------
@@ -197,6 +197,7 @@ class ChosenCandidate:
     precision: str = 'amp-bf16'
     ep: int = 1
     etp: int = 0  # the expert-tensor-parallel size (0, or absent in a file: the TP size)
+    dp_replicate: int = 1  # HSDP replicas of the FSDP shard group (absent in a file: 1)
 
     @property
     def layout(self) -> str:
@@ -644,7 +645,7 @@ def _read_candidate(c: Reader) -> ChosenCandidate:
                            estimates=c.mapping('estimates', {}) or {},
                            framework=c.choice('framework', STACK_KEYS),
                            precision=c.choice('precision', tuple(RECIPES)), ep=c.count('ep'),
-                           etp=c.whole('etp', 0))
+                           etp=c.whole('etp', 0), dp_replicate=c.count('dp_replicate', 1))
 
 
 def _read_calibration(doc: Reader, key: str) -> dict[str, Any] | None:

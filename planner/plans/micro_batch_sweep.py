@@ -67,7 +67,7 @@ def micro_batch_sweep(req: PlanRequest, c: Candidate) -> MicroBatchSweep:
         pp=same(c.pp), vpp=same(c.vpp), cp=same(c.cp), dp=same(c.dp), micro_batch=micro,
         grad_accum=accum, zero=same(c.zero), recompute=same(RECOMPUTE_CODES[c.recompute]),
         sequence_parallel=same(c.sequence_parallel), ep=same(c.ep),
-        etp=same(c.etp))
+        etp=same(c.etp), dp_replicate=same(c.dp_replicate))
     memory = req.memory_arrays(layout)
     step = req.step_times(layout)
     return MicroBatchSweep(

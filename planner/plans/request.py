@@ -442,7 +442,7 @@ class PlanRequest:
             cp=layout.cp, ep=np.asarray(layout.ep), dp=layout.dp, zero=layout.zero,
             offload=np.asarray(0), recompute=layout.recompute,
             sequence_parallel=np.asarray(self.limits.sequence_parallel),
-            etp=np.asarray(layout.etp))
+            etp=np.asarray(layout.etp), dp_replicate=np.asarray(layout.dp_replicate))
 
     def step_options_for(self, framework: str) -> StepTimeOptions:
         """The step-time constants for a stack: its default DP overlap unless the request

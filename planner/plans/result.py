@@ -108,6 +108,7 @@ class Candidate:
     precision: str = 'amp-bf16'
     ep: int = 1
     etp: int = 0  # experts split over etp ranks; 0: over the TP ranks (Megatron's default)
+    dp_replicate: int = 1  # HSDP: copies of the FSDP shard group (1: plain FSDP)
 
     @property
     def expert_tp(self) -> int:
@@ -122,7 +123,8 @@ class Candidate:
         ep = f' ep{self.ep}' if self.ep > 1 else ''
         if self.ep > 1 and self.expert_tp != self.tp:
             ep += f' etp{self.expert_tp}'
-        return f'{self.tp}/{pp}/{self.cp}/{self.dp}{ep}'
+        hsdp = f' hsdp{self.dp_replicate}' if self.dp_replicate > 1 else ''
+        return f'{self.tp}/{pp}/{self.cp}/{self.dp}{ep}{hsdp}'
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes None)."""
@@ -234,6 +236,7 @@ class SearchResult:
         micro, accum, zero = ints(lay.micro_batch), ints(lay.grad_accum), ints(lay.zero)
         recompute, sp = ints(lay.recompute), ints(lay.sequence_parallel)
         ep, etp, modes = ints(lay.ep), ints(lay.etp), ints(lay.mode)
+        replicas = ints(lay.dp_replicate)
         plan_modes = req.plan_modes()
         scalars = {name: at(getattr(st, name)) for name in (
             'step_time_s', 'tokens_per_s', 'samples_per_s', 'mfu', 'hfu', 'efficiency',
@@ -258,6 +261,7 @@ class SearchResult:
                 step_breakdown_s={name: breakdown[name][j] for name in breakdown_names},
                 on_pareto=bool(on_pareto[j]), framework=plan_modes[modes[j]].stack,
                 precision=plan_modes[modes[j]].precision, ep=ep[j], etp=etp[j],
+                dp_replicate=replicas[j],
                 **{name: values[j] for name, values in scalars.items()}))
         return out
 
@@ -291,7 +295,7 @@ class SearchResult:
         shape = np.shape(st.step_time_s)
         columns = [np.broadcast_to(a, shape)[order].astype(np.int64) for a in (
             time_bucket(st.step_time_s), st.gpus, lay.tp, lay.pp, lay.vpp, lay.zero,
-            lay.recompute, lay.ep, lay.etp, lay.mode)]
+            lay.recompute, lay.ep, lay.etp, lay.dp_replicate, lay.mode)]
         keys = packed_key(columns)
         _, first = np.unique(keys, axis=0 if keys.ndim == 2 else None, return_index=True)
         mask[first] = True

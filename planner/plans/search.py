@@ -338,10 +338,29 @@ def _enumerate_mode(req: PlanRequest, code: int, mode: PlanMode, batch_samples: 
             (etp[None, :] == 0) | (tp[lo:hi, None] > 1))
 
     il, ie = _nonzero_bounded(stage5, dp_cp.size, ep.size, 'x expert parallel', cap, 2)
-    return LayoutArrays(**{k: a[il] for k, a in sel.items()},
-                        sequence_parallel=np.full(il.size, req.limits.sequence_parallel
-                                                  and stack.sequence_parallel),
-                        ep=ep[ie], etp=etp[ie], mode=np.full(il.size, code))
+    layout = LayoutArrays(**{k: a[il] for k, a in sel.items()},
+                          sequence_parallel=np.full(il.size, req.limits.sequence_parallel
+                                                    and stack.sequence_parallel),
+                          ep=ep[ie], etp=etp[ie], mode=np.full(il.size, code))
+    return _with_hybrid_shards(layout) if stack.hybrid_shard else layout
+
+
+def _with_hybrid_shards(lay: LayoutArrays) -> LayoutArrays:
+    """``lay`` and, for its FSDP rows (ZeRO 2-3, no EP) whose dp x cp ranks span several
+    nodes, the same rows as HSDP with one node's ranks per shard group: FSDP's
+    collectives stay on NVLink and only the sharded gradients cross the network."""
+    per_node = lay.gpus_per_node // lay.tp  # the dp x cp ranks on one node (PP outermost)
+    dp_cp = lay.dp * lay.cp
+    replicas = dp_cp // np.maximum(per_node, 1)
+    ok = ((lay.zero >= 2) & (lay.ep == 1) & (lay.gpus_per_node % lay.tp == 0)
+          & (dp_cp % np.maximum(per_node, 1) == 0) & (replicas > 1)
+          & (lay.dp % np.maximum(replicas, 1) == 0))
+    rows = np.flatnonzero(ok)
+    if not rows.size:
+        return lay
+    hybrid = lay.take(rows)
+    hybrid.dp_replicate = replicas[rows]
+    return LayoutArrays.concatenate([lay, hybrid])
 
 
 def _expert_axes(ep: np.ndarray, whole_experts: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -91,6 +91,10 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           kernels='hf', loss='hf', tensor_parallel=True, pipeline_parallel=True,
           virtual_stages=True, context_parallel=True, expert_parallel=True,
           sequence_parallel=True, zero_with_pp=(2, 3), zero0_with_split=False,
+          # HSDP: data_parallel_replicate_degree x data_parallel_shard_degree, FSDP over
+          # the ("dp_replicate", "fsdp") mesh (torchtitan/config/job_config.py;
+          # torchtitan/models/llama3/infra/parallelize.py apply_fsdp)
+          hybrid_shard=True,
           fsdp_unsharded_accumulation='pipeline', ddp_buckets=True,
           # torchtitan benchmarks/llama3_h100_202412_torchtitan.md reports reserved memory;
           # the reserve over the tensor peak was fitted on its Table 3 (Llama-3.1-8B, FSDP

@@ -45,6 +45,7 @@ class Stack:
             expert_parallel, sequence_parallel: the layout axes the stack runs.
         expert_tensor_parallel: experts may run whole (expert tensor parallelism 1) with
             EP folded out of tp x dp x cp, besides split over the TP ranks.
+        hybrid_shard: HSDP: FSDP within a shard group, replicated across groups.
         zero_with_pp: ZeRO stages allowed together with a pipeline.
         zero0_with_split: whether ZeRO-0 (replicated) composes with TP/PP/CP
             (torchtitan's replicate-only DDP does not).
@@ -96,6 +97,7 @@ class Stack:
     context_parallel: bool = False
     expert_parallel: bool = False
     expert_tensor_parallel: bool = False
+    hybrid_shard: bool = False
     sequence_parallel: bool = False
     zero_with_pp: tuple[int, ...] = ()
     zero0_with_split: bool = True
@@ -199,8 +201,10 @@ class Stack:
                                  f'{k} ({v})' for k, v in self.recompute.items()))
 
     def check_layout(self, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1,
-                     ep: int = 1, zero: int = 0, etp: int = 0) -> None:
+                     ep: int = 1, zero: int = 0, etp: int = 0, dp_replicate: int = 1) -> None:
         """Raise InputError when this stack does not run the layout (``etp`` 0: as TP)."""
+        if dp_replicate > 1 and not self.hybrid_shard:
+            raise InputError('--dp-replicate', f'the {self.key} stack has no HSDP', '1')
         if etp and etp != tp and not self.expert_tensor_parallel:
             raise InputError('--etp', f'the {self.key} stack splits each expert over the TP '
                              'ranks', f'{tp} (the TP size), or --framework megatron')

@@ -118,6 +118,8 @@ class LayoutArrays:
     ep: np.ndarray = field(default_factory=lambda: np.ones((), int))
     mode: np.ndarray = field(default_factory=lambda: np.zeros((), int))
     etp: np.ndarray = field(default_factory=lambda: np.zeros((), int))  # 0: as TP
+    # HSDP: copies of the FSDP shard group (dp x cp / dp_replicate ranks); 1: plain FSDP
+    dp_replicate: np.ndarray = field(default_factory=lambda: np.ones((), int))
 
     def __len__(self) -> int:
         return int(np.size(self.tp))
@@ -647,15 +649,27 @@ def _dp_zero_comm_s(lay: LayoutArrays, r: PrecisionRecipe, accumulation: str,
     t, p, g = lay.tp, lay.pp, lay.gpus_per_node
     m, zero = np.asarray(lay.grad_accum, float), np.asarray(lay.zero)
     fwd_mb, bwd_mb, sb = mb.fwd_mb, mb.bwd_mb, mb.stage
-    n = lay.dp * lay.cp
+    # HSDP: ZeRO's collectives run in one replica's shard group; the sharded gradients
+    # are then all-reduced across the replicas (torch fully_shard on a 2-D mesh)
+    replicas = np.asarray(lay.dp_replicate)
+    n = lay.dp * lay.cp // replicas
     grad_bytes, update_bytes, gather_bytes = sb.grad_bytes, sb.update_bytes, sb.gather_bytes
     dp_span = t * n
     dp_bps = _ring_bandwidth(dp_span, np.minimum(g // t, n), g, links.intra_bps,
                              links.inter_bps)
     dp_lat = np.where(dp_span <= g, o.intra_node_latency_s, links.inter_lat)
+    across = dp_span * replicas <= g  # the replicas of a shard share a node
+    rep_bps = np.where(across, links.intra_bps, links.inter_bps)
+    rep_lat = np.where(across, o.intra_node_latency_s, links.inter_lat)
 
     def rs(size):  # reduce-scatter or all-gather of a `size`-byte array
         return np.where(n > 1, (n - 1) / n * size / dp_bps + (n - 1) * dp_lat, 0.0)
+
+    def reduce(size):  # a gradient reduction: reduce-scatter, then across the replicas
+        shard = size / np.maximum(n, 1)
+        ring = 2 * (replicas - 1) / np.maximum(replicas, 1)
+        return rs(size) + np.where(replicas > 1, ring * shard / rep_bps
+                                   + 2 * (replicas - 1) * rep_lat, 0.0)
 
     def exposed(comm, window):
         return np.maximum(0.0, comm - o.dp_overlap * window)
@@ -675,7 +689,7 @@ def _dp_zero_comm_s(lay: LayoutArrays, r: PrecisionRecipe, accumulation: str,
         [exposed(2 * rs(grad_bytes), bwd_mb),
          exposed(rs(grad_bytes), bwd_mb) + exposed(rs(update_bytes), fwd_mb),
          exposed(rs(update_bytes), fwd_mb)], 0.0)
-    mb_grad = np.where(reduce_once, 0.0, rs(grad_bytes))
+    mb_grad = np.where(reduce_once, 0.0, reduce(grad_bytes))
     mb_gather = np.where(gather_once, 0.0, rs(gather_bytes))
     mb_dp = np.select(
         [zero == 2, zero == 3],
@@ -683,12 +697,12 @@ def _dp_zero_comm_s(lay: LayoutArrays, r: PrecisionRecipe, accumulation: str,
          exposed(mb_gather, fwd_mb) + exposed(mb_gather + mb_grad, bwd_mb)],
         0.0)
     step_dp = step_dp + np.where(
-        (zero >= 2) & reduce_once, exposed(rs(grad_bytes), bwd_mb), 0.0) + np.where(
+        (zero >= 2) & reduce_once, exposed(reduce(grad_bytes), bwd_mb), 0.0) + np.where(
         (zero == 3) & gather_once, exposed(rs(gather_bytes), fwd_mb), 0.0)
     traffic = np.select([zero == 0, zero == 1, zero == 2],
                         [2 * rs(grad_bytes), rs(grad_bytes) + rs(update_bytes),
-                         m * rs(grad_bytes) + rs(update_bytes)],
-                        m * (2 * rs(gather_bytes) + rs(grad_bytes)))
+                         m * reduce(grad_bytes) + rs(update_bytes)],
+                        m * (2 * rs(gather_bytes) + reduce(grad_bytes)))
     return _DataParallelComm(mb_dp=mb_dp, step_dp=step_dp, traffic=traffic)
 
 
@@ -697,7 +711,7 @@ def _optimizer_step_s(lay: LayoutArrays, r: PrecisionRecipe, opt: OptimizerKind,
     """Optimizer: read gradients, read/write master and states, write weights (ZeRO >= 1
     updates the rank's shard of the dp x cp group)."""
     touched = _optimizer_bytes_per_param(r, opt, lora)
-    n = lay.dp * lay.cp
+    n = lay.dp * lay.cp // np.asarray(lay.dp_replicate)
     opt_params = sb.trainable / np.where(np.asarray(lay.zero) >= 1, n, 1)
     return opt_params * touched / links.hbm_bps
 

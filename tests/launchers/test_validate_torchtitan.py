@@ -148,3 +148,26 @@ def test_switches_off_by_default(tmp_path):
     assert config.model.converters == []
     assert not config.compile.enable
     assert not config.parallelism.enable_async_tensor_parallel
+
+
+@pytest.mark.parametrize('zero', [2, 3])
+def test_hsdp_exports_replicate_and_shard_degrees(tmp_path, zero):
+    """An HSDP plan (FSDP within a node, replicated across nodes) is written as
+    torchtitan's data_parallel_replicate_degree x data_parallel_shard_degree, which its
+    ParallelDims accepts."""
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    plan = make_plan(model='llama-3.2-1b', nodes=4, zero=zero, micro_batch=1,
+                     global_batch=256, seq_len=4096, framework='torchtitan')
+    plan = dataclasses.replace(plan, candidate=dataclasses.replace(plan.candidate,
+                                                                   dp_replicate=4))
+    config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
+    p = config.parallelism
+    assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree) == (4, 8)
+    assert p.fsdp_reshard_after_forward == ('default' if zero == 3 else 'never')
+    dims = ParallelDims(dp_shard=p.data_parallel_shard_degree,
+                        dp_replicate=p.data_parallel_replicate_degree,
+                        cp=p.context_parallel_degree, tp=p.tensor_parallel_degree,
+                        pp=p.pipeline_parallel_degree, ep=1, etp=1, world_size=32)
+    assert dims.dp_replicate_enabled
+    assert dims.fsdp_enabled

@@ -302,3 +302,45 @@ def test_megatron_folds_expert_parallelism_out_of_tensor_parallelism(capsys, tmp
                            '3', '--framework', 'torchtitan')
     assert code == 2
     assert '--etp' in err
+
+
+def test_hsdp_shards_within_a_replica_and_all_reduces_across():
+    """HSDP (torchtitan's data_parallel_replicate_degree): model states are sharded over
+    one replica's dp x cp / R ranks, as plain FSDP on that many GPUs; the search offers it
+    for torchtitan's FSDP rows only, and its DP time adds a cross-replica all-reduce of
+    the shards instead of a network-wide reduce-scatter."""
+    m = find_preset('llama-3.1-8b')
+    hsdp = TrainingSetup(seq_len=8192, micro_batch=2, dp=32, zero=3, dp_replicate=4,
+                         framework='torchtitan', recompute='selective', precision='')
+    fsdp8 = hsdp.with_changes(dp=8, dp_replicate=1)
+    a, b = estimate(m, hsdp), estimate(m, fsdp8)
+    for part in ('weights', 'gradients', 'optimizer_states'):
+        assert a.components.get(part, 0) == b.components.get(part, 0), part
+    assert a.tensor_peak_bytes == b.tensor_peak_bytes
+    with pytest.raises(InputError, match='--dp-replicate'):
+        estimate(m, hsdp.with_changes(zero=1, precision=''))
+    req = _request('llama-3.1-8b', nodes=4, batch=128, framework='torchtitan')
+    lay = search(req).layout
+    replicas = np.asarray(lay.dp_replicate)
+    assert replicas.max() > 1
+    assert np.all(np.asarray(lay.zero)[replicas > 1] >= 2)
+    shard = lay.dp * lay.cp // replicas
+    assert np.all((shard * lay.tp)[replicas > 1] == lay.gpus_per_node[replicas > 1])
+    assert np.asarray(search(_request('llama-3.1-8b', nodes=4, batch=128,
+                                      framework='megatron')).layout.dp_replicate).max() == 1
+    # On a slow network (25 Gb/s Ethernet a GPU), without overlap: HSDP's all-gathers stay
+    # on NVLink and only each GPU's 1/8 shard of the gradient crosses nodes. (On 8 rails of
+    # NDR the network ring is about as fast as NVLink, and HSDP's extra all-reduce costs.)
+    from planner.timing.step_time import LayoutArrays, StepTimeOptions, step_time_arrays
+
+    def dp_time(r: int) -> float:
+        x = np.asarray
+        lay = LayoutArrays(nodes=x(4), gpus_per_node=x(8), tp=x(1), pp=x(1), vpp=x(1),
+                           cp=x(1), dp=x(32), micro_batch=x(2), grad_accum=x(1), zero=x(3),
+                           recompute=x(1), sequence_parallel=x(True), dp_replicate=x(r))
+        st = step_time_arrays(m, 8192, find_gpu('h100-sxm'), find_interconnect('eth-25g'),
+                              lay, framework='torchtitan', precision='fsdp-bf16',
+                              options=StepTimeOptions(dp_overlap=0.0))
+        return float(st.dp_comm_s)
+
+    assert dp_time(4) < dp_time(1)
