@@ -64,6 +64,8 @@ class StackConfig:
             1F1B on the first stage) or ``ddp`` (transformers' Llama in torch DDP under
             ``torch.autocast``).
         dp, tp, pp: the mesh (``dp`` is the FSDP sharding degree, or DDP's size).
+        replicate: HSDP: ``dp`` is ``replicate`` copies of a ``dp / replicate`` shard group
+            (a 2-D ``("dp_replicate", "fsdp")`` mesh, as torchtitan builds it).
         microbatches: micro-batches per step (the gradient accumulation steps under PP).
         seq_len, micro_batch: tokens per sequence, sequences per micro-batch.
         fake: measured under FakeTensorMode (no allocation); False: a real allocating
@@ -80,6 +82,7 @@ class StackConfig:
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    replicate: int = 1
     microbatches: int = 1
     seq_len: int = 256
     micro_batch: int = 2
@@ -123,6 +126,13 @@ CONFIGS: tuple[StackConfig, ...] = (
                 'precision': ''},
         gap_today='under PP torchtitan keeps the bf16 stage parameters gathered '
                   '(no reshard after forward) and fp32 unsharded accumulated grads'),
+    # HSDP arrived with the stacks: its flags are the same in both sets
+    StackConfig(
+        'hsdp-r2-d4', 'torchtitan', 'fsdp2', dp=4, replicate=2,
+        today={'dp': 4, 'zero': 3, 'dp_replicate': 2, 'framework': 'torchtitan',
+               'precision': ''},
+        target={'dp': 4, 'zero': 3, 'dp_replicate': 2, 'framework': 'torchtitan',
+                'precision': ''}),
     # A real allocating run (DDP's reducer needs real storage); sequence 64 because CPU
     # bf16 autocast is slow on a CPU without bf16 instructions (about 25 s at 256).
     StackConfig(

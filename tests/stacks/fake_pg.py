@@ -220,6 +220,10 @@ def _run_fsdp2(config: StackConfig, mode):
     if config.tp > 1:
         mesh = init_device_mesh('cpu', (config.dp, config.tp), mesh_dim_names=('fsdp', 'tp'))
         dp_mesh, tp_mesh = mesh['fsdp'], mesh['tp']
+    elif config.replicate > 1:  # HSDP: torchtitan's ("dp_replicate", "fsdp") mesh
+        dp_mesh = init_device_mesh('cpu', (config.replicate, config.dp // config.replicate),
+                                   mesh_dim_names=('dp_replicate', 'fsdp'))
+        tp_mesh = None
     else:
         dp_mesh = init_device_mesh('cpu', (config.dp,), mesh_dim_names=('fsdp',))
         tp_mesh = None

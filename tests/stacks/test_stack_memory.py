@@ -63,6 +63,19 @@ def test_fsdp2_shards_fp32_parameters_and_adamw_states(name):
     assert got.optimizer_state_bytes == pytest.approx(2 * got.param_bytes, rel=1e-6)
 
 
+def test_hsdp_shards_over_one_replica_group():
+    """FSDP2 on torchtitan's 2-D ("dp_replicate", "fsdp") mesh shards parameters and AdamW
+    states over the shard group only: 2 replicas of 2 ranks hold what FSDP on 2 ranks
+    holds, to the byte, at every category of the peak."""
+    hsdp, fsdp = BY_NAME['hsdp-r2-d4'], BY_NAME['fsdp2-zero3-d2']
+    require(hsdp)
+    a, b = measured(hsdp.name), measured(fsdp.name)
+    assert a.param_bytes == pytest.approx(4 * a.params_global / (hsdp.dp // hsdp.replicate),
+                                          rel=1e-3)
+    assert a.peak_bytes == b.peak_bytes
+    assert a.optimizer_state_bytes == b.optimizer_state_bytes
+
+
 def test_pp_keeps_the_stage_parameters_gathered_in_bf16():
     config = BY_NAME['fsdp2-pp2-d2']
     require(config)
