@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from planner.cli.args import guidance_inputs_from_args, positive_int
 from planner.errors import InputError
+from planner.stacks import SWITCHES, switch_label
 from planner.units import DAY, GIB
 
 if TYPE_CHECKING:
@@ -175,8 +176,7 @@ def show_text(plan: PlanFile, path: str) -> str:
         f'Targets: sequence {t.seq_len}, global batch {batch}, data {data}',
         f'Search: {k.precision or OWN_PRECISION} · {k.optimizer} · '
         f'{k.attention} attention · {k.framework or "every stack"} · '
-        + ('compile · ' if k.compile else '') + ('async TP · ' if k.async_tp else '')
-        + ('overlap grad reduce · ' if k.overlap_grad_reduce else '')
+        + ''.join(f'{switch_label(o)} · ' for o in SWITCHES if getattr(k, o))
         + f'ZeRO {",".join(map(str, k.zero_stages))} · recompute {",".join(k.recompute_modes)} · '
         f'margin {k.margin_fraction:.0%}',
         *([] if k.lora is None else [lora_text(plan)]),

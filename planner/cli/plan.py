@@ -36,6 +36,7 @@ from planner.defaults import (
     SORT_KEYS,
     ZERO_STAGES,
 )
+from planner.stacks import switch_label
 from planner.units import DAY, GIB, si
 
 if TYPE_CHECKING:
@@ -316,7 +317,7 @@ def plan_text(req: PlanRequest, result: SearchResult, guidance: Guidance,
         f'Cluster: up to {req.max_nodes} x {req.gpus_per_node} {gpu.name}{link}',
         f'{req.precision or STACK_OWN_PRECISION} · {req.optimizer} · {req.attention} '
         f'attention · stacks {", ".join(s.key for s in req.stacks())} · '
-        + ''.join(f'{o.replace("async_tp", "async TP").replace("_", " ")} · ' for o in req.options)
+        + ''.join(f'{switch_label(o)} · ' for o in req.options)
         + f'loop {req.loop} · loss {req.loss_kind or STACK_OWN_LOSS} · '
         f'margin {req.margin_fraction:.0%} · ${req.price:.2f}/GPU-hour',
     ]

@@ -37,7 +37,7 @@ from planner.memory.peak import (
 from planner.memory.recipes import OPTIMIZERS, RECIPES
 from planner.memory.training import ATTENTION_KINDS, LOOPS, LOSSES, LoraSpec, resolve_loss
 from planner.models.spec import ModelSpec
-from planner.stacks import STACK_KEYS, STACKS, Stack
+from planner.stacks import STACK_KEYS, STACKS, SWITCHES, Stack
 from planner.timing.efficiency import CalibrationProfile
 from planner.timing.step_time import (
     LayoutArrays,
@@ -271,7 +271,7 @@ class PlanRequest:
         if self.max_nodes > 1 and self.inter_node is None:
             raise InputError('--inter-node', 'more than one node needs the network between '
                              'them (batchfit gpus --catalog lists them)')
-        for name in _SWITCHES:
+        for name in SWITCHES:
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise InputError(_flag(name), f'must be true or false, got '
                                  f'{getattr(self, name)!r}')
@@ -285,7 +285,7 @@ class PlanRequest:
     @property
     def options(self) -> tuple[str, ...]:
         """The stack switches this request turns on (``Stack.options`` words)."""
-        return tuple(name for name in _SWITCHES if getattr(self, name))
+        return tuple(name for name in SWITCHES if getattr(self, name))
 
     def _check_stacks(self) -> None:
         """A named stack must run the overrides; with none, some stack must."""
@@ -524,10 +524,6 @@ def lora_dict(lora: LoraSpec, model: ModelSpec) -> dict[str, Any]:
     from planner.memory.model_states import lora_params
 
     return {**lora.to_dict(), 'trainable_parameters': lora_params(model, lora)}
-
-
-# The stack switches a request may turn on (``Stack.options`` words).
-_SWITCHES = ('compile', 'async_tp', 'overlap_grad_reduce')
 
 
 def _flag(name: str) -> str:

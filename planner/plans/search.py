@@ -349,12 +349,12 @@ def _with_hybrid_shards(lay: LayoutArrays) -> LayoutArrays:
     """``lay`` and, for its FSDP rows (ZeRO 2-3, no EP) whose dp x cp ranks span several
     nodes, the same rows as HSDP with one node's ranks per shard group: FSDP's
     collectives stay on NVLink and only the sharded gradients cross the network."""
-    per_node = lay.gpus_per_node // lay.tp  # the dp x cp ranks on one node (PP outermost)
+    # the dp x cp ranks on one node (PP outermost)
+    per_node = np.maximum(lay.gpus_per_node // lay.tp, 1)
     dp_cp = lay.dp * lay.cp
-    replicas = dp_cp // np.maximum(per_node, 1)
+    replicas = dp_cp // per_node
     ok = ((lay.zero >= 2) & (lay.ep == 1) & (lay.gpus_per_node % lay.tp == 0)
-          & (dp_cp % np.maximum(per_node, 1) == 0) & (replicas > 1)
-          & (lay.dp % np.maximum(replicas, 1) == 0))
+          & (dp_cp % per_node == 0) & (replicas > 1) & (lay.dp % np.maximum(replicas, 1) == 0))
     rows = np.flatnonzero(ok)
     if not rows.size:
         return lay

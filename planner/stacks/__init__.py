@@ -9,6 +9,7 @@ app all read the same records (:data:`STACKS`), so a plan and its export cannot 
 """
 
 from planner.stacks.catalog import DEFAULT_STACK, STACK_KEYS, STACKS, get_stack
-from planner.stacks.spec import Stack, StackMode
+from planner.stacks.spec import SWITCHES, Stack, StackMode, switch_label
 
-__all__ = ['DEFAULT_STACK', 'STACKS', 'STACK_KEYS', 'Stack', 'StackMode', 'get_stack']
+__all__ = ['DEFAULT_STACK', 'STACKS', 'STACK_KEYS', 'SWITCHES', 'Stack', 'StackMode',
+           'get_stack', 'switch_label']

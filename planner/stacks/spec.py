@@ -6,6 +6,15 @@ from dataclasses import dataclass, field
 
 from planner.errors import InputError
 
+# The switches a stack may offer (``Stack.options``), each a request field and a CLI flag
+# of the same name (``--async-tp``).
+SWITCHES: tuple[str, ...] = ('compile', 'async_tp', 'overlap_grad_reduce')
+
+
+def switch_label(name: str) -> str:
+    """A switch in the words headers and summaries use (``async TP``)."""
+    return 'async TP' if name == 'async_tp' else name.replace('_', ' ')
+
 
 @dataclass(frozen=True)
 class StackMode:
@@ -172,12 +181,11 @@ class Stack:
                 stacks that have it; the catalog is not imported here).
         """
         names = {'precision': '--precision', 'zero': '--zero', 'recompute': '--recompute',
-                 'lora': '--lora-rank', 'compile': '--compile', 'async_tp': '--async-tp',
-                 'overlap_grad_reduce': '--overlap-grad-reduce',
-                 **(field_names or {})}
+                 'lora': '--lora-rank', **(field_names or {})}
         for option in options:
             if option not in self.options:
-                raise InputError(names.get(option, option), f'the {self.key} stack has no '
+                flag = names.get(option, '--' + option.replace('_', '-'))
+                raise InputError(flag, f'the {self.key} stack has no '
                                  f'{option.replace("_", " ")} switch',
                                  names.get(f'{option}_allowed', 'off'))
         if lora and not self.lora_modes:

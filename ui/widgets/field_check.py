@@ -27,19 +27,10 @@ class FieldError(ValueError):
         self.message = message
 
 
-def _number(value: float) -> str:
-    """A bound as the user reads it: 16,777,216; 0.9; 10^12."""
-    if value == int(value):
-        v = int(value)
-        digits = len(str(v)) - 1
-        return f'10^{digits}' if digits >= 9 and v == 10**digits else f'{v:,}'
-    return f'{value:g}'
-
-
 def reason(exc: limits.LimitError) -> str:
     """Why ``exc`` refused its text, and what is allowed, in the user's language."""
     rng = limits.RANGES[exc.key]
-    low, high = _number(rng.low), _number(rng.high)
+    low, high = rng.low_text, rng.high_text
     text = exc.text.strip()
     why = {
         limits.NOT_NUMBER: translate('FieldCheck', '“{text}” is not a number'),
