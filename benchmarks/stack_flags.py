@@ -67,6 +67,9 @@ class StackConfig:
         replicate: HSDP: ``dp`` is ``replicate`` copies of a ``dp / replicate`` shard group
             (a 2-D ``("dp_replicate", "fsdp")`` mesh, as torchtitan builds it).
         microbatches: micro-batches per step (the gradient accumulation steps under PP).
+        ac: torchtitan's activation checkpointing mode (``none`` or ``full``: its
+            ``apply_ac`` wraps every TransformerBlock; the final norm, the output head
+            and the loss stay outside).
         seq_len, micro_batch: tokens per sequence, sequences per micro-batch.
         fake: measured under FakeTensorMode (no allocation); False: a real allocating
             CPU run on the fake process group.
@@ -84,6 +87,7 @@ class StackConfig:
     pp: int = 1
     replicate: int = 1
     microbatches: int = 1
+    ac: str = 'none'
     seq_len: int = 256
     micro_batch: int = 2
     fake: bool = True
@@ -119,6 +123,13 @@ CONFIGS: tuple[StackConfig, ...] = (
         today={'dp': 2, 'tp': 2, 'zero': 3},
         target={'dp': 2, 'tp': 2, 'zero': 3, 'framework': 'torchtitan', 'precision': ''},
         gap_today='as fsdp2-zero3-d2, with TP+SP and a vocab-parallel loss'),
+    # Full AC arrived with the stacks: its flags are the same in both sets
+    StackConfig(
+        'fsdp2-tp2-d2-ac', 'torchtitan', 'fsdp2', dp=2, tp=2, ac='full',
+        today={'dp': 2, 'tp': 2, 'zero': 3, 'recompute': 'full', 'framework': 'torchtitan',
+               'precision': ''},
+        target={'dp': 2, 'tp': 2, 'zero': 3, 'recompute': 'full', 'framework': 'torchtitan',
+                'precision': ''}),
     StackConfig(
         'fsdp2-pp2-d2', 'torchtitan', 'fsdp2-pp', dp=2, pp=2, microbatches=4,
         today={'dp': 2, 'pp': 2, 'zero': 3, 'grad_accum': 4},

@@ -290,7 +290,7 @@ def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, 
     layer_act, layer_full = _layer_activations(model, r, opts, at)
     edge: EdgeBytes | Spread = stack_edge_bytes(
         STACKS[opts.framework], model, r, opts.loss,
-        edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora), b, s, t, c, sp, at.recompute)
+        edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora), b, s, t, c, sp)
     bwd_tmp = _layer_backward_temp(model, r, b, s, t, c, sp, lora)
     fwd_tmp = _forward_attention_temp(model, opts.attention, b, s, t, c, r, lora)
     extra: _LoraExtras | Spread
@@ -440,14 +440,20 @@ def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions
 
 
 def _inflight(cfg: ConfigArrays) -> np.ndarray:
-    """Micro-batches whose activations the first pipeline stage holds at once.
+    """Micro-batches whose activations the first pipeline stage holds at once, counted
+    in whole stages (one micro-batch through all of the stage's layers).
 
-    1F1B keeps min(m, p) in flight; interleaving adds (p-1)/(p·v) (Korthikanti et al.
-    2022 §4.2.3; Megatron-LM megatron/training/theoretical_memory_usage.py).
+    1F1B keeps min(m, p) in flight. Interleaved 1F1B runs 2(p-1) + (v-1)p warm-up
+    forwards of one virtual stage (1/v of the layers) on the first rank, plus one in the
+    steady state: p + (p-1)/v stages' worth (Korthikanti et al. 2022 §4.2.3), but never
+    more than all m·v forwards of the step (Megatron-LM
+    megatron/core/pipeline_parallel/schedules.py ``get_pp_rank_microbatches``; torch's
+    ``ScheduleInterleaved1F1B`` in torch/distributed/pipelining/schedules.py).
     """
-    pp = cfg.pp
-    interleave = np.where(cfg.vpp > 1, 1 + (pp - 1) / (pp * cfg.vpp), 1.0)
-    return np.where(pp > 1, np.minimum(cfg.grad_accum, pp) * interleave, 1.0)
+    pp, vpp, m = cfg.pp, cfg.vpp, cfg.grad_accum
+    interleaved = np.minimum(m * vpp, pp * vpp + pp - 1) / np.maximum(vpp, 1)
+    one_f_one_b = np.minimum(m, pp)
+    return np.where(pp > 1, np.where(vpp > 1, interleaved, one_f_one_b), 1.0)
 
 
 def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) -> np.ndarray:

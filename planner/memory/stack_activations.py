@@ -93,10 +93,12 @@ def torchtitan_op_sac_terms(m: ModelSpec, r: PrecisionRecipe) -> LayerTerms:
 
 def stack_edge_bytes(stack: Stack, m: ModelSpec, r: PrecisionRecipe, loss: str, edge: EdgeBytes,
                      b: np.ndarray, s: np.ndarray, t: np.ndarray, c: np.ndarray,
-                     sp: np.ndarray, recompute: np.ndarray) -> EdgeBytes:
+                     sp: np.ndarray) -> EdgeBytes:
     """The loss side of ``edge`` as ``stack`` runs it (only torchtitan departs).
 
-    torchtitan, its layers not recomputed (``recompute`` 0) and no autocast:
+    torchtitan, with no autocast, whatever its layers recompute (``apply_ac`` wraps only
+    the TransformerBlocks; the final norm, the output head and the loss stay outside:
+    pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py ``apply_ac``):
 
     * the final norm keeps its fp32 normalised tensor, as in :func:`torchtitan_norm_terms`;
     * under TP the output projection is ``ColwiseParallel(input_layouts=Shard(1))``: it
@@ -104,7 +106,10 @@ def stack_edge_bytes(stack: Stack, m: ModelSpec, r: PrecisionRecipe, loss: str, 
     * loss parallel (on by default under TP): torch's vocab-parallel ``_log_softmax``
       (torch/distributed/tensor/parallel/loss.py) holds the fp32 input, ``x - max`` and
       its ``exp`` (or the result) at once: one fp32 logits shard more than aten's fused
-      ``_log_softmax`` beside the bf16 logits.
+      ``_log_softmax`` beside the bf16 logits. Its backward
+      (``_nll_loss_and_log_softmax_backward``) builds ``zeros_like(x)``, ``exp(x)`` and
+      their sum beside the saved output: again one fp32 shard more than aten's
+      ``nll_loss_backward`` and ``_log_softmax_backward_data``.
     """
     if stack.key != 'torchtitan' or r.autocast or loss != 'hf':
         return edge
@@ -112,10 +117,10 @@ def stack_edge_bytes(stack: Stack, m: ModelSpec, r: PrecisionRecipe, loss: str, 
     h = m.hidden_size
     hidden_div = np.where(sp & (t > 1), t, 1)
     res = float(r.residual_bytes)
-    plain = recompute == 0
     fp32_norm = (4.0 - res) if m.norm == 'rmsnorm' and not m.norm_fp32 else 0.0
-    saved = np.where(plain, tokens * h / hidden_div * fp32_norm
-                     + tokens * h * res * (1 - 1 / hidden_div), 0.0)
+    saved = tokens * h / hidden_div * fp32_norm + tokens * h * res * (1 - 1 / hidden_div)
     loss_parallel = np.where(t > 1, 4.0 * tokens * m.vocab_size / t, 0.0)
     return replace(edge, last_stage_saved=np.asarray(edge.last_stage_saved + saved, float),
-                   loss_forward_peak=np.asarray(edge.loss_forward_peak + loss_parallel, float))
+                   loss_forward_peak=np.asarray(edge.loss_forward_peak + loss_parallel, float),
+                   loss_backward_peak=np.asarray(edge.loss_backward_peak + loss_parallel,
+                                                 float))

@@ -206,13 +206,15 @@ def _titan_loss(pred, labels):
 
 
 def _run_fsdp2(config: StackConfig, mode):
-    """torchtitan's parallelize_llama order: TP first, then FSDP2 (no AC, no compile)."""
+    """torchtitan's parallelize_llama order: TP, then AC, then FSDP2 (no compile)."""
     import torch
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import loss_parallel
 
     _stub_triton_kernels()
+    from torchtitan.config.job_config import ActivationCheckpoint as ACConfig
+    from torchtitan.distributed.activation_checkpoint import apply_ac
     from torchtitan.models.llama3.infra.parallelize import apply_fsdp, apply_tp
     from torchtitan.models.llama3.model.model import Transformer
 
@@ -233,6 +235,8 @@ def _run_fsdp2(config: StackConfig, mode):
         if tp_mesh is not None:
             # torchtitan's default: loss_parallel on (parallelism.disable_loss_parallel=False)
             apply_tp(model, tp_mesh, loss_parallel=True, enable_float8_tensorwise_tp=False)
+        if config.ac != 'none':
+            apply_ac(model, ACConfig(mode=config.ac))
         apply_fsdp(model, dp_mesh, param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
                    pp_enabled=False)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
