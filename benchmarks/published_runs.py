@@ -161,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
               f'  {layout}')
     reached = [r for r in rows if 'throughput_error' in r]
     within = [r for r in reached if abs(r['throughput_error']) <= GOAL
-              and abs(r.get('memory_error', 0.0)) <= GOAL]
-    print(f'{len(within)} of {len(rows)} runs within {GOAL:.0%} on throughput and memory; '
-          f'{len(rows) - len(reached)} not reachable')
+              and abs(r.get('memory_error', 0.0)) <= GOAL and r['fits']]
+    print(f'{len(within)} of {len(rows)} runs fit and are within {GOAL:.0%} on throughput '
+          f'and memory; {len(rows) - len(reached)} not reachable')
     if args.json:
         with open(args.json, 'w', encoding='utf-8') as fh:
             json.dump(rows, fh, indent=1)

@@ -72,18 +72,21 @@ def megatron_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
     """Korthikanti et al. 2022 Table 2, generalised.
 
     16-bit activations (scaled by the recipe's activation bytes), 1-byte masks.
-    Reproduces sbh(34 + 5as/h) for GPT-3 shapes with dropout.
+    Reproduces sbh(34 + 5as/h) for GPT-3 shapes with dropout. The four linears' inputs
+    (QKV, out-projection, fc1, fc2) are saved in the recipe's ``linear_input_bytes``
+    (fp8 under Transformer Engine's fp8).
     """
     e = r.act_bytes
+    lin = r.linear_input_bytes or e
     q, kv = m.q_size, m.kv_size
     f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
     hid_mask = _dropout(m.hidden_dropout) * MASK_BYTES
     if recompute == 'full':
         return LayerTerms(hidden=e, sharded=0.0, score=0.0, per_head_token=0.0, per_token=0.0)
     # Replicated outside the TP regions: two norm inputs, QKV and fc1 inputs, two masks.
-    hidden = 4 * e + 2 * hid_mask  # LN1 in, LN2 in, QKV in, fc1 in; two dropout masks
-    sharded = e * (q + kv) + e * kv + e * q  # Q and K, V, out-projection input
-    sharded += e * (3 * f if m.gated_mlp else 2 * f)  # act input(s) and fc2 input
+    hidden = 2 * e + 2 * lin + 2 * hid_mask  # LN1 in, LN2 in, QKV in, fc1 in; two masks
+    sharded = e * (q + kv) + e * kv + lin * q  # Q and K, V, out-projection input
+    sharded += e * (2 * f if m.gated_mlp else f) + lin * f  # act input(s), fc2 input
     score = per_head = 0.0
     if attention == 'eager' and recompute != 'selective':
         score = e + _dropout(m.attention_dropout) * (MASK_BYTES + e)  # softmax out, mask, out

@@ -51,6 +51,11 @@ class PrecisionRecipe:
             for backward: pytorch/ao torchao/float8/float8_linear.py).
         float8_all_gather: FSDP2 gathers the converted weights in fp8 (1 B instead of
             ``gather_bytes``; torchao's ``enable_fsdp_float8_all_gather``).
+        linear_input_bytes: what a linear saves its input in for the weight gradient
+            (0: ``act_bytes``). Transformer Engine's fp8 ``Linear`` and ``LayerNormLinear``
+            save the quantized input, one byte an element, and drop the other layout
+            (NVIDIA/TransformerEngine transformer_engine/pytorch/module/linear.py and
+            layernorm_linear.py, ``saved_inputmat`` / ``ln_out`` with ``update_usage``).
     """
 
     key: str
@@ -70,6 +75,7 @@ class PrecisionRecipe:
     accum_buffer_bytes: int = 0
     float8_linears: bool = False
     float8_all_gather: bool = False
+    linear_input_bytes: int = 0
 
     @property
     def gathered_bytes(self) -> int:
@@ -95,7 +101,7 @@ RECIPES: dict[str, PrecisionRecipe] = {r.key: r for r in (
                     'pure bf16: weights, grads and optimizer states in bf16 (8 B/param)'),
     PrecisionRecipe('fp8', 2, 4, 4, 4, 2, 2, False, True, 'fp8',
                     'Transformer Engine fp8 matmuls over bf16-mixed (18 B/param + fp8 '
-                    'weight copies)', fp8_weight_bytes=1),
+                    'weight copies)', fp8_weight_bytes=1, linear_input_bytes=1),
     PrecisionRecipe('fsdp-bf16', 4, 4, 0, 4, 2, 2, False, False, 'bf16',
                     'FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam '
                     '(16 B/param over d), bf16 all-gather and compute, no autocast',

@@ -588,10 +588,20 @@ def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: Layou
 def _tp_comm_s(model: ModelSpec, lay: LayoutArrays, r: PrecisionRecipe, rc: np.ndarray,
                mb: _MicroBatchCompute, links: _Links, o: StepTimeOptions) -> np.ndarray:
     """TP: 2 all-reduces forward + 2 backward per layer of b·s·h/c elements (RS + AG of
-    the same volume with SP); full recompute repeats the forward's two."""
+    the same volume with SP); full recompute repeats the forward's two.
+
+    Whole experts (expert TP 1) take their tokens by the EP all-to-all from each rank's
+    own sequence shard, with no TP collective around the MoE MLP: an MoE layer then has
+    only its attention's half (megatron/core/transformer/moe/token_dispatcher.py
+    ``MoEAlltoAllTokenDispatcher``, which gathers over the expert-TP group only).
+    """
     t = lay.tp
     act = mb.tokens_mb * model.hidden_size * r.act_bytes
     ar_per_layer = 4 + 2 * (rc == 2)
+    if model.moe is not None:
+        whole_experts = (expert_tp(t, lay.etp) == 1) & (np.asarray(lay.ep) > 1)
+        ar_per_layer = ar_per_layer * np.where(
+            whole_experts, 1 - 0.5 * model.moe_layers / model.num_layers, 1.0)
     tp_ar_s = 2 * (t - 1) / t * act / links.intra_bps + 2 * (t - 1) * o.intra_node_latency_s
     return np.where(t > 1, mb.busy_layers * ar_per_layer * tp_ar_s * (1 - o.tp_overlap), 0.0)
 
@@ -777,11 +787,15 @@ def _expert_all_to_all_s(model: ModelSpec, lay: LayoutArrays, tokens_mb, act_byt
         return np.zeros(())
     t, g = lay.tp, lay.gpus_per_node
     volume = tokens_mb / t * model.moe.top_k * model.hidden_size * act_bytes
-    # the EP group's ranks sit etp apart (TP fastest; etp 1: consecutive ranks)
-    inside = expert_tp(t, lay.etp) * ep <= g
-    bps = np.where(inside, intra_bps, inter_bps)
-    lat = np.where(inside, intra_lat, inter_lat)
-    one = (ep - 1) / ep * volume / bps + (ep - 1) * lat
+    # The EP group's ranks sit etp apart (TP fastest; etp 1: consecutive ranks), so
+    # `local` of them share a node. A rank sends 1/ep of its tokens to each peer: those
+    # on its node over NVLink, the others over its own network rail, both at once
+    # (NCCL's all-to-all is grouped point-to-point sends); counted one after the other,
+    # which errs slow.
+    local = np.clip(g // expert_tp(t, lay.etp), 1, ep)
+    to_node = (local - 1) / ep * volume / intra_bps + (local - 1) * intra_lat
+    off_node = (ep - local) / ep * volume / inter_bps + np.where(ep > local, inter_lat, 0.0)
+    one = to_node + off_node
     moe_layers = busy_layers * model.moe_layers / model.num_layers
     count = 4 + 2 * (np.asarray(rc) == 2)
     return np.where(ep > 1, moe_layers * count * one, 0.0)

@@ -126,6 +126,7 @@ def test_published_run_within_goal_with_the_stacks_own_flags(run, request):
         request.applymarker(pytest.mark.xfail(strict=True, reason=run['gap_target']))
     row = compare(run, predict(run, 'target'))
     assert 'unreachable' not in row, row['unreachable']
+    assert row['fits'], 'the published layout ran, so its plan must fit'
     assert abs(row['throughput_error']) <= GOAL
     assert abs(row.get('memory_error', 0.0)) <= GOAL
 
