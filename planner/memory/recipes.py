@@ -28,7 +28,10 @@ class PrecisionRecipe:
         autocast: torch.autocast casts weights to ``act_bytes`` per forward; the
             casts are saved for backward (torch/amp/autocast_mode.py; measured
             with torch 2.13 in tests/groundtruth).
-        fp8_weight_bytes: an extra fp8 copy of the matmul weights (Transformer Engine).
+        fp8_weight_bytes: the fp8 workspace Transformer Engine caches per matmul weight
+            across micro-batches: the quantized weight and its transpose for the
+            backward's GEMM, 2 B/param (``weight_quantizer.set_usage(rowwise=True,
+            columnwise=True)`` in transformer_engine/pytorch/module/layernorm_linear.py).
         fused_optimizer: the framework's fused optimizer kernel runs without
             parameter-sized temporaries (Megatron/DeepSpeed/apex); torch.optim's
             foreach path does not.
@@ -101,7 +104,7 @@ RECIPES: dict[str, PrecisionRecipe] = {r.key: r for r in (
                     'pure bf16: weights, grads and optimizer states in bf16 (8 B/param)'),
     PrecisionRecipe('fp8', 2, 4, 4, 4, 2, 2, False, True, 'fp8',
                     'Transformer Engine fp8 matmuls over bf16-mixed (18 B/param + fp8 '
-                    'weight copies)', fp8_weight_bytes=1, linear_input_bytes=1),
+                    'weight copies)', fp8_weight_bytes=2, linear_input_bytes=1),
     PrecisionRecipe('fsdp-bf16', 4, 4, 0, 4, 2, 2, False, False, 'bf16',
                     'FSDP2 MixedPrecisionPolicy: fp32 sharded weights, grads and Adam '
                     '(16 B/param over d), bf16 all-gather and compute, no autocast',
