@@ -25,7 +25,10 @@ DEFAULT_MARGIN_FRACTION = 0.05
 # grad-op), 3 weights (FSDP full-shard).
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 # Every mode, in the order of the recompute codes the estimator and step time index by.
-RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full')
+# ``half``: every other layer fully recomputed, the rest keep everything (torchtitan's
+# selective every-2-layers AC; Megatron's ``--recompute-method block`` over half of
+# each stage's layers).
+RECOMPUTE_MODES: tuple[str, ...] = ('none', 'selective', 'full', 'half')
 SORT_KEYS: tuple[str, ...] = ('time', 'cost', 'gpus', 'headroom')
 DEFAULT_SORT_KEY = 'time'  # time-to-train
 DEFAULT_TOP_K = 10  # candidates a plan reports

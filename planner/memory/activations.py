@@ -23,11 +23,26 @@ from typing import NamedTuple
 
 import numpy as np
 
+from planner.defaults import RECOMPUTE_MODES
 from planner.memory.recipes import PrecisionRecipe
 from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
 
-RECOMPUTE_CODES = {'none': 0, 'selective': 1, 'full': 2}
+RECOMPUTE_CODES = {mode: code for code, mode in enumerate(RECOMPUTE_MODES)}
+# The share of a stage's layers whose forward is re-run in backward, by recompute code
+# (selective re-runs the attention core only: 0 here).
+FULL_RECOMPUTE_SHARE = np.array([0.0, 0.0, 1.0, 0.5])
+# The share of layers whose attention core is re-run, by recompute code.
+CORE_RECOMPUTE_SHARE = np.array([0.0, 1.0, 1.0, 0.5])
+
+
+def half_recomputed_layers(layers: int, pp, vpp) -> np.ndarray:
+    """Layers of the first stage that ``half`` recomputes: every model chunk of
+    ceil(L/(p·v)) layers recomputes the floor of its half (at least the chunk's other
+    half keeps its activations), capped by the stage's layers."""
+    v = np.maximum(np.asarray(vpp), 1)
+    chunk = np.ceil(layers / (np.asarray(pp) * v))
+    return np.floor(chunk / 2) * v
 MASK_BYTES = 1  # dropout masks are bool tensors
 
 

@@ -261,7 +261,8 @@ class ModelSpec:
         """FLOPs per token for forward + backward (backward = 2x forward).
 
         ``recompute='full'`` re-runs every layer's forward (the head is not
-        recomputed); ``'selective'`` re-runs only the attention core, as Megatron does.
+        recomputed); ``'selective'`` re-runs only the attention core, as Megatron does;
+        ``'half'`` re-runs half the layers' forward.
         These are the FLOPs the hardware executes (HFU); MFU uses ``recompute='none'``.
         """
         fwd = self.forward_flops_per_token(seq_len, causal)
@@ -270,8 +271,11 @@ class ModelSpec:
             total += fwd - 2.0 * self.vocab_size * self.hidden_size
         elif recompute == 'selective':
             total += fwd - 2.0 * self.matmul_params_per_token()
+        elif recompute == 'half':
+            total += 0.5 * (fwd - 2.0 * self.vocab_size * self.hidden_size)
         elif recompute != 'none':
-            raise InputError('recompute', f'unknown mode {recompute!r}', 'none, selective, full')
+            raise InputError('recompute', f'unknown mode {recompute!r}',
+                             'none, selective, full, half')
         return total
 
     def with_changes(self, **changes: object) -> ModelSpec:

@@ -96,7 +96,7 @@ def compiled_compute_s(model: ModelSpec, seq_len: int, causal: bool, rc, busy_la
     if speedup == 1.0:
         return gemm_mb, elementwise_mb
     core_fwd = (2.0 if causal else 4.0) * seq_len * model.q_size  # per token and layer
-    core = core_fwd * (3.0 + (np.asarray(rc) == 2))
+    core = core_fwd * (3.0 + FULL_RECOMPUTE_SHARE[np.asarray(rc)])
     core_mb = np.minimum(busy_layers * core * tokens_mb / t / rate, gemm_mb)
     return (gemm_mb - core_mb) / speedup + core_mb, elementwise_mb / speedup
 
@@ -127,7 +127,7 @@ def float8_saved_flops(model: ModelSpec, recompute_flops_per_layer: np.ndarray) 
     torchtitan's op-level SAC recomputes (``recompute_flops_per_layer[1]``), times
     ``1 - 1/FP8_GEMM_SPEEDUP``."""
     p = float8_linear_params(model)
-    linear = np.array([6.0 * p, 6.0 * p + recompute_flops_per_layer[1], 8.0 * p])
+    linear = np.array([6.0 * p, 6.0 * p + recompute_flops_per_layer[1], 8.0 * p, 7.0 * p])
     return linear * (1.0 - 1.0 / FP8_GEMM_SPEEDUP)
 
 
@@ -140,4 +140,5 @@ def float8_cast_bytes(model: ModelSpec, compiled: bool) -> np.ndarray:
     inputs = sum(a * (b > 0) for a, b in shapes)  # a linear of no width casts nothing
     outputs = sum(b for _, b in shapes)
     once = per * (inputs + outputs)
-    return np.array([once, once + 0.5 * per * inputs, once + per * inputs])
+    return np.array([once, once + 0.5 * per * inputs, once + per * inputs,
+                     once + 0.5 * per * inputs])

@@ -41,6 +41,7 @@ from planner.defaults import (
 )
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
+from planner.memory.activations import CORE_RECOMPUTE_SHARE, FULL_RECOMPUTE_SHARE
 from planner.memory.model_states import (
     ADAPTER_BYTES,
     expert_tp,
@@ -205,8 +206,9 @@ def _elementwise_bytes_per_token(model: ModelSpec, seq_len: int, attention: str,
     hidden = ELEMENTWISE_FWD_PER_H * model.hidden_size
     scores = SOFTMAX_FWD_PER_SCORE * model.num_heads * seq_len if attention == 'eager' else 0.0
     fwd = hidden + scores
-    # none: fwd + 2x bwd; selective re-runs the softmax; full re-runs the whole forward.
-    return act_bytes * np.array([3 * fwd, 3 * fwd + scores, 4 * fwd])
+    # none: fwd + 2x bwd; selective re-runs the softmax; full re-runs the whole forward;
+    # half re-runs half the layers' forward.
+    return act_bytes * np.array([3 * fwd, 3 * fwd + scores, 4 * fwd, 3.5 * fwd])
 
 
 # ---- LoRA / QLoRA (docs/time-model.md §1.7) ------------------------------------------------
@@ -297,7 +299,7 @@ def _adapter_bytes_per_token(model: ModelSpec, r: PrecisionRecipe,
     fan_in, fan_out = sum(i for i, _ in shapes), sum(o for _, o in shapes)
     fwd = r.act_bytes * (in_fwd * fan_in + out_fwd * fan_out)
     bwd = r.act_bytes * (in_bwd * fan_in + ADAPTER_OUT_BWD * fan_out)
-    return np.array([fwd + bwd, fwd + bwd, 2 * fwd + bwd])
+    return np.array([fwd + bwd, fwd + bwd, 2 * fwd + bwd, 1.5 * fwd + bwd])
 
 
 def _dequant_bytes_per_param(r: PrecisionRecipe, lora: LoraSpec | None) -> np.ndarray:
@@ -312,7 +314,7 @@ def _dequant_bytes_per_param(r: PrecisionRecipe, lora: LoraSpec | None) -> np.nd
         return np.zeros(len(RECOMPUTE_MODES))
     per_use = lora_base_bytes_per_param(r, lora) + lora.frozen_bytes(r.act_bytes)
     per_use += NF4_ABSMAX_BYTES if lora.base_bits == 4 else 0.0
-    return per_use * np.array([2.0, 2.0, 3.0])
+    return per_use * np.array([2.0, 2.0, 3.0, 2.5])
 
 
 @dataclass
@@ -597,7 +599,7 @@ def _tp_comm_s(model: ModelSpec, lay: LayoutArrays, r: PrecisionRecipe, rc: np.n
     """
     t = lay.tp
     act = mb.tokens_mb * model.hidden_size * r.act_bytes
-    ar_per_layer = 4 + 2 * (rc == 2)
+    ar_per_layer = 4 + 2 * FULL_RECOMPUTE_SHARE[rc]
     if model.moe is not None:
         whole_experts = (expert_tp(t, lay.etp) == 1) & (np.asarray(lay.ep) > 1)
         ar_per_layer = ar_per_layer * np.where(
@@ -613,12 +615,12 @@ def _cp_comm_s(model: ModelSpec, seq_len: int, lay: LayoutArrays, r: PrecisionRe
     plus their gradients backward; the attention core hides it (Megatron overlaps)."""
     t, c, g = lay.tp, lay.cp, lay.gpus_per_node
     kv_chunk = 2 * mb.tokens_mb * (model.kv_size / t) * r.act_bytes
-    passes = 3 + (rc == 2)
+    passes = 3 + FULL_RECOMPUTE_SHARE[rc]
     cp_bps = np.where(t * c <= g, links.intra_bps, links.inter_bps)
     cp_lat = np.where(t * c <= g, o.intra_node_latency_s, links.inter_lat)
     cp_layer_s = (c - 1) * passes * (kv_chunk / cp_bps + cp_lat)
     core_fwd_tok = (2.0 if causal else 4.0) * seq_len * model.q_size  # per layer
-    core_tok = core_fwd_tok * (3 + (rc >= 1))  # fwd + bwd (+ recomputed core)
+    core_tok = core_fwd_tok * (3 + CORE_RECOMPUTE_SHARE[rc])  # fwd + bwd (+ recomputed)
     core_layer_s = core_tok * mb.tokens_mb / t / (peak * mb.eta)
     return np.where(c > 1, mb.busy_layers * np.maximum(0.0, cp_layer_s
                                                        - o.cp_overlap * core_layer_s), 0.0)
@@ -797,7 +799,7 @@ def _expert_all_to_all_s(model: ModelSpec, lay: LayoutArrays, tokens_mb, act_byt
     off_node = (ep - local) / ep * volume / inter_bps + np.where(ep > local, inter_lat, 0.0)
     one = to_node + off_node
     moe_layers = busy_layers * model.moe_layers / model.num_layers
-    count = 4 + 2 * (np.asarray(rc) == 2)
+    count = 4 + 2 * FULL_RECOMPUTE_SHARE[np.asarray(rc)]
     return np.where(ep > 1, moe_layers * count * one, 0.0)
 
 
