@@ -67,9 +67,10 @@ class StackConfig:
         replicate: HSDP: ``dp`` is ``replicate`` copies of a ``dp / replicate`` shard group
             (a 2-D ``("dp_replicate", "fsdp")`` mesh, as torchtitan builds it).
         microbatches: micro-batches per step (the gradient accumulation steps under PP).
-        ac: torchtitan's activation checkpointing mode (``none`` or ``full``: its
-            ``apply_ac`` wraps every TransformerBlock; the final norm, the output head
-            and the loss stay outside).
+        ac: torchtitan's activation checkpointing: ``none``, ``full`` (its ``apply_ac``
+            wraps every TransformerBlock; the final norm, the output head and the loss
+            stay outside) or ``half`` (selective every 2nd layer: ``selective_ac_option``
+            "2" wraps the layers of even index).
         seq_len, micro_batch: tokens per sequence, sequences per micro-batch.
         fake: measured under FakeTensorMode (no allocation); False: a real allocating
             CPU run on the fake process group.
@@ -129,6 +130,12 @@ CONFIGS: tuple[StackConfig, ...] = (
         today={'dp': 2, 'tp': 2, 'zero': 3, 'recompute': 'full', 'framework': 'torchtitan',
                'precision': ''},
         target={'dp': 2, 'tp': 2, 'zero': 3, 'recompute': 'full', 'framework': 'torchtitan',
+                'precision': ''}),
+    StackConfig(
+        'fsdp2-zero3-d2-half', 'torchtitan', 'fsdp2', dp=2, ac='half',
+        today={'dp': 2, 'zero': 3, 'recompute': 'half', 'framework': 'torchtitan',
+               'precision': ''},
+        target={'dp': 2, 'zero': 3, 'recompute': 'half', 'framework': 'torchtitan',
                 'precision': ''}),
     StackConfig(
         'fsdp2-pp2-d2', 'torchtitan', 'fsdp2-pp', dp=2, pp=2, microbatches=4,

@@ -77,12 +77,15 @@ TERMS: tuple[str, ...] = (
     QT_TRANSLATE_NOOP('Core', 'selective (op-level SAC)'),
     QT_TRANSLATE_NOOP('Core', 'selective (core attention)'),
     QT_TRANSLATE_NOOP('Core', 'full (uniform, every layer)'),
+    QT_TRANSLATE_NOOP('Core', 'selective (every 2nd layer)'),
+    QT_TRANSLATE_NOOP('Core', "full, block (half of each chunk's layers)"),
     QT_TRANSLATE_NOOP('Core', 'optimizer'),
     QT_TRANSLATE_NOOP('Core', 'overhead'),
     # planner.timing.step_time.RECOMPUTE_MODES
     QT_TRANSLATE_NOOP('Core', 'none'),
     QT_TRANSLATE_NOOP('Core', 'selective'),
     QT_TRANSLATE_NOOP('Core', 'full'),
+    QT_TRANSLATE_NOOP('Core', 'half'),
     # planner.memory.recipes.RECIPES descriptions
     QT_TRANSLATE_NOOP('Core', 'everything in fp32, as plain PyTorch (16 B/param with Adam)'),
     QT_TRANSLATE_NOOP('Core', 'fp32 tensors, matmuls on TF32 tensor cores'),

@@ -30,6 +30,7 @@ from planner.export.launch import (
     torchrun_words,
 )
 from planner.export.shell import quote
+from planner.memory.activations import half_recomputed_layers
 
 if TYPE_CHECKING:
     from planner.models.spec import ModelSpec
@@ -82,6 +83,15 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
     elif c.recompute == 'full':
         args += [('--recompute-granularity', 'full'), ('--recompute-method', 'uniform'),
                  ('--recompute-num-layers', 1)]
+    elif c.recompute == 'half':
+        # the first N layers of each model chunk, N half its layers rounded down: what
+        # the memory estimate kept whole (planner.memory.activations.half_recomputed_layers)
+        half = int(half_recomputed_layers(m.num_layers, c.pp, c.vpp)) // max(c.vpp, 1)
+        if half:
+            args += [('--recompute-granularity', 'full'), ('--recompute-method', 'block'),
+                     ('--recompute-num-layers', half)]
+        else:
+            notes.append('recompute half: one layer per model chunk, none to recompute')
     args += _model_arguments(m, plan.targets.seq_len)
     args += _rope_and_norm(m, notes)
     notes += _precision(plan, args)

@@ -50,6 +50,15 @@ FLAVORS = {
 OPTIMIZERS = {'adamw': 'AdamW', 'adam': 'Adam'}
 
 
+# batchfit's recompute mode -> torchtitan's [activation_checkpoint] table
+# (torchtitan/config/job_config.py ActivationCheckpoint): op-level SAC for ``selective``,
+# every layer of even index checkpointed for ``half`` (selective_ac_option "2").
+AC_CONFIG: dict[str, dict[str, str]] = {
+    'none': {'mode': 'none'}, 'full': {'mode': 'full'},
+    'selective': {'mode': 'selective', 'selective_ac_option': 'op'},
+    'half': {'mode': 'selective', 'selective_ac_option': '2'},
+}
+
 def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """TOML tables, and notes.
 
@@ -103,8 +112,7 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
         'optimizer': {'name': optimizer, 'lr': learning_rate(plan)},
         'lr_scheduler': {'warmup_steps': g.warmup_steps},
         'training': training, 'parallelism': parallelism,
-        'activation_checkpoint': {'mode': c.recompute, **(
-            {'selective_ac_option': 'op'} if c.recompute == 'selective' else {})},
+        'activation_checkpoint': AC_CONFIG[c.recompute],
         **switches,
     }
     if g.learning_rate is None:

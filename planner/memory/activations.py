@@ -34,6 +34,9 @@ RECOMPUTE_CODES = {mode: code for code, mode in enumerate(RECOMPUTE_MODES)}
 FULL_RECOMPUTE_SHARE = np.array([0.0, 0.0, 1.0, 0.5])
 # The share of layers whose attention core is re-run, by recompute code.
 CORE_RECOMPUTE_SHARE = np.array([0.0, 1.0, 1.0, 0.5])
+# How much each code recomputes, least first (none, selective, half, full): the order
+# in which a plan search prefers the simpler of two tied layouts.
+RECOMPUTE_ORDER = np.array([0, 1, 3, 2])
 
 
 def half_recomputed_layers(layers: int, pp, vpp) -> np.ndarray:

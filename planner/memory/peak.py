@@ -38,6 +38,7 @@ from planner.memory.activations import (
     EdgeBytes,
     LayerTerms,
     edge_bytes,
+    half_recomputed_layers,
     lora_dequant_bytes,
     lora_first_layer_delta,
     lora_forward_temps,
@@ -287,7 +288,7 @@ def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, 
     b, s, t, c = at.micro_batch, at.seq_len, at.tp, at.cp
     sp = np.asarray(at.sequence_parallel, bool)
     lora = opts.lora if STACKS[opts.framework].kernels == 'hf' else None
-    layer_act, layer_full = _layer_activations(model, r, opts, at)
+    layer_act, layer_full, layer_ckpt = _layer_activations(model, r, opts, at)
     edge: EdgeBytes | Spread = stack_edge_bytes(
         STACKS[opts.framework], model, r, opts.loss,
         edge_bytes(model, r, opts.loss, b, s, t, c, sp, lora), b, s, t, c, sp)
@@ -299,24 +300,32 @@ def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, 
         # Eager attention's (b, 1, s, s) masks, in the residual stream's dtype, are inputs
         # of every checkpointed layer and so live until the bottom layer's backward
         # (transformers' masking_utils builds one per kind: causal, sliding-window).
-        masks = np.where((at.recompute == 2) & (opts.attention == 'eager'),
+        masks = np.where((at.recompute >= 2) & (opts.attention == 'eager'),
                          model.attention_masks * r.residual_bytes * b * s * s / c, 0.0)
         extra = _LoraExtras(first_delta=masks, fwd_tmp=fwd_tmp, layer_fwd_tmp=zero,
                             forward_mask=zero, recompute_tmp=zero, top_rebuilt=layer_full,
                             bottom_rebuilt=layer_full)
     else:
         extra = _lora_extras(model, r, lora, opts.attention, at, layer_full, fwd_tmp)
-    # The top layer's backward under full recompute rebuilds its activations first.
-    top_bwd_tmp = bwd_tmp + np.where(at.recompute == 2, extra.top_rebuilt, 0.0)
+    # The top layer's backward under full recompute rebuilds its activations first
+    # (under ``half`` too, whichever layer of the chunk ends up on top: the larger).
+    top_bwd_tmp = bwd_tmp + np.where(at.recompute >= 2, extra.top_rebuilt, 0.0)
     if rows is not None:
-        layer_act, layer_full, bwd_tmp, top_bwd_tmp = (
-            rows.spread(a) for a in (layer_act, layer_full, bwd_tmp, top_bwd_tmp))
+        layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp = (
+            rows.spread(a) for a in (layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp))
         edge, extra = Spread(edge, rows), Spread(extra, rows)
+    # ``half`` keeps everything in the layers it does not recompute.
+    recomputed = np.where(cfg.recompute == 2, layers, np.where(
+        cfg.recompute == 3, half_recomputed_layers(model.num_layers, cfg.pp, cfg.vpp), 0.0))
+    kept_layers = layers - recomputed
+    stage_act = np.where(cfg.recompute == 3, kept_layers * layer_full + recomputed * layer_ckpt,
+                         layer_act * layers)
     # Only a user's own loop can hold the output; the other stacks' loops keep the loss.
     loop = opts.loop if STACKS[opts.framework].user_loop else 'trainer'
     outputs = model_output_bytes(model, r, loop, opts.loss, lora, cfg.micro_batch,
                                  cfg.seq_len, cfg.tp, cfg.cp)
     return _Shared(layer_act=layer_act, layer_full=layer_full, layers=layers,
+                   stage_act=stage_act, kept_layers=kept_layers,
                    inflight=inflight, edge=edge, bwd_tmp=bwd_tmp, top_bwd_tmp=top_bwd_tmp,
                    fwd_tmp=extra.fwd_tmp, lora=extra, outputs=outputs)
 
@@ -343,6 +352,8 @@ class _Shared:
     layer_act: np.ndarray  # one layer's saved bytes under the chosen recompute mode
     layer_full: np.ndarray  # one layer's saved bytes without recompute
     layers: np.ndarray  # layers on the most loaded stage
+    stage_act: np.ndarray  # the saved bytes of all those layers for one micro-batch
+    kept_layers: np.ndarray  # those of them not recomputed
     inflight: np.ndarray  # micro-batches in flight on the first stage
     edge: EdgeBytes | Spread  # Spread: computed on the distinct rows
     bwd_tmp: np.ndarray  # a layer's backward temporaries
@@ -426,8 +437,10 @@ def _lora_extras(model: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention
 
 
 def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, cfg: ConfigArrays
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Saved activations of one layer: (under each row's recompute mode, without recompute)."""
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Saved activations of one layer: (under each row's recompute mode, without
+    recompute, fully recomputed). Under ``half`` the first is the mean of the last two,
+    which the stage's layers reach or exceed (it keeps at least half of them whole)."""
     # PEFT LoRA changes what the Hugging Face modules save; Megatron's kernels are
     # modelled for full training only.
     stack = STACKS[opts.framework]
@@ -436,7 +449,9 @@ def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions
     per_layer = [stack_layer_terms(stack, model, r, opts.attention, mode, lora)
                  .bytes(cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp, sp, model.hidden_size,
                         model.num_heads) for mode in ('none', 'selective', 'full')]
-    return np.choose(cfg.recompute, np.broadcast_arrays(*per_layer)), per_layer[0]
+    per_layer.append(0.5 * (per_layer[0] + per_layer[2]))
+    return (np.choose(cfg.recompute, np.broadcast_arrays(*per_layer)), per_layer[0],
+            per_layer[2])
 
 
 def _inflight(cfg: ConfigArrays) -> np.ndarray:
@@ -469,7 +484,8 @@ def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) 
     # summed on the distinct rows, then spread once
     _, ms = _model_states(model, r, opt, opts, _picked(cfg, state_rows), 'first', None)
     states = ms.weights + ms.optimizer_states
-    layer_act, _ = _layer_activations(model, r, opts, _float_sizes(_picked(cfg, token_rows)))
+    layer_act, _, _ = _layer_activations(model, r, opts,
+                                         _float_sizes(_picked(cfg, token_rows)))
     if state_rows is not None:
         states = state_rows.spread(states)
     if token_rows is not None:
@@ -536,7 +552,7 @@ def _stage_figures(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
     inflight = sh.inflight if stage == 'first' else 1.0
     first_edge = np.where(first, sh.edge.first_stage + sh.lora.first_delta, 0.0)
     last_saved = np.where(last, sh.edge.last_stage_saved, 0.0)
-    acts = sh.layer_act * sh.layers * inflight + first_edge * inflight + last_saved
+    acts = sh.stage_act * inflight + first_edge * inflight + last_saved
     grads_live, head_grads, pending = _live_gradients(opts, cfg, ms)
     # The loop's hold on the model output (the logits) spans every phase of the step.
     held = np.where(last, sh.outputs, 0.0)
@@ -577,7 +593,7 @@ def _autocast_casts(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions,
         if casting and model.moe is not None and STACKS[opts.framework].kernels == 'hf':
             layer_cast = layer_cast - e * hf_uncast_expert_matmul(model, cfg.tp, cfg.ep)
         cached_casts = head_cast + layer_cast * sh.layers
-        stored_casts = head_cast + layer_cast * np.where(rc == 2, 0.0, sh.layers)
+        stored_casts = head_cast + layer_cast * sh.kept_layers
         return _Casts(head_cast, layer_cast, cached_casts, stored_casts, layer_cast)
     head_cast, layer_cast, cached_casts, stored_casts = _lora_casts(
         model, r, lora, opts.attention, params, rc, sh.layers,
@@ -649,7 +665,7 @@ def _backward_start(sh: _Shared, f: _StageFigures, rc: np.ndarray,
                     'activations': f.acts - f.last_saved,
                     'backward_temp': sh.top_bwd_tmp, 'unsharded_grad': ms.unsharded_grad_top,
                     'autocast_copies': casts.stored - casts.head
-                    + np.where(rc == 2, casts.layer, 0.0)}
+                    + np.where(rc >= 2, casts.layer, 0.0)}
     if lora:
         # The top layer's MLP backward follows its output projection's (whose casts are
         # freed); under full recompute its recomputation comes first, every cast made.
@@ -675,7 +691,7 @@ def _backward_end(sh: _Shared, f: _StageFigures, rc: np.ndarray,
     ms = f.ms
     backward_end = {**f.static, **f.bottom,
                     'gradients': np.maximum(f.grads_live, ms.gradients - f.pending),
-                    'activations': f.first_edge + np.where(rc == 2, sh.lora.bottom_rebuilt,
+                    'activations': f.first_edge + np.where(rc >= 2, sh.lora.bottom_rebuilt,
                                                            sh.layer_act),
                     'autocast_copies': f.casts.bottom, 'backward_temp': sh.bwd_tmp}
     if not lora:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.defaults import RECOMPUTE_MODES
 from planner.memory.peak import estimate_arrays
 from planner.plans.request import PlanRequest
 from planner.plans.result import STATUS_NO_FIT, STATUS_OK, SearchResult
@@ -316,7 +317,7 @@ def _memory(req: PlanRequest, batch: int) -> NoPlanExplanation:
     layout = (f'TP {int(row.tp[0])} · PP {int(row.pp[0])} · CP {int(row.cp[0])} · '
               f'DP {int(row.dp[0])} · micro-batch {int(row.micro_batch[0])} · '
               f'ZeRO-{int(row.zero[0])} · recompute '
-              f'{("none", "selective", "full")[int(row.recompute[0])]}')
+              f"{RECOMPUTE_MODES[int(row.recompute[0])]}")
     text = (f'none of the {len(grid):,} layouts for a global batch of {batch:,} fits in '
             f'{usable / GIB:,.1f} GiB per GPU: the smallest peak is {peak / GIB:,.1f} GiB '
             f'({layout}), {(peak - usable) / GIB:,.1f} GiB short; its largest part is '

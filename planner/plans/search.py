@@ -51,7 +51,7 @@ import numpy as np
 from planner.distinct_rows import packed_key
 from planner.errors import InputError
 from planner.limits import FigureError
-from planner.memory.activations import RECOMPUTE_CODES
+from planner.memory.activations import RECOMPUTE_CODES, RECOMPUTE_ORDER
 from planner.memory.peak import MemoryArrays
 from planner.plans.request import SORT_KEYS, LayoutLimits, PlanMode, PlanRequest
 from planner.plans.result import (
@@ -399,7 +399,8 @@ def _ranking(sort_by: str, time_s: np.ndarray, cost: np.ndarray, headroom: np.nd
     """
     if sort_by == 'headroom':  # a float key first: no integer packing
         return _ranking_lexsort(sort_by, time_s, cost, headroom, layout, gpus)
-    simpler = [layout.zero, layout.recompute, layout.cp, layout.vpp, layout.pp, layout.tp]
+    simpler = [layout.zero, RECOMPUTE_ORDER[layout.recompute], layout.cp, layout.vpp,
+               layout.pp, layout.tp]
     by_time = time_bucket(time_s)
     primary = {  # most significant first
         'time': lambda: [by_time, gpus],
@@ -422,7 +423,8 @@ def _ranking_lexsort(sort_by: str, time_s: np.ndarray, cost: np.ndarray,
     """:func:`_ranking` by one key per axis (any key values)."""
     # One integer per candidate, ordered as listed below (each axis < 4096).
     simpler = np.zeros(np.shape(gpus), np.int64)
-    for axis in (layout.zero, layout.recompute, layout.cp, layout.vpp, layout.pp, layout.tp):
+    for axis in (layout.zero, RECOMPUTE_ORDER[layout.recompute], layout.cp, layout.vpp,
+                 layout.pp, layout.tp):
         simpler = simpler * 4096 + np.asarray(axis, np.int64)
     primary = {  # np.lexsort: the LAST key is the primary one
         'time': (gpus, time_bucket(time_s)),

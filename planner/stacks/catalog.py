@@ -87,7 +87,11 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           # float8 is a converter in torchtitan (model.converters, torchao Float8Linear),
           # torch.compile and async TP are its switches (torchtitan/config/job_config.py)
           precision_aliases={'fp8': {'fsdp': 'fsdp-fp8'}}, options=('compile', 'async_tp'),
-          recompute={'none': 'none', 'selective': 'selective (op-level SAC)', 'full': 'full'},
+          # selective_ac_option "2" (its default) wraps every layer whose index is even
+          # in a checkpoint (torchtitan/distributed/activation_checkpoint.py
+          # _apply_layer_sac): batchfit's ``half``
+          recompute={'none': 'none', 'selective': 'selective (op-level SAC)', 'full': 'full',
+                     'half': 'selective (every 2nd layer)'},
           kernels='hf', loss='hf', tensor_parallel=True, pipeline_parallel=True,
           virtual_stages=True, context_parallel=True, expert_parallel=True,
           sequence_parallel=True, zero_with_pp=(2, 3), zero0_with_split=False,
@@ -108,8 +112,12 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
     Stack(key='megatron', label='Megatron-LM', description='Megatron-Core: TP+SP, PP+VPP, CP, '
           'EP, distributed optimizer (ZeRO-1), Transformer Engine kernels',
           modes=(_MEGATRON,), precisions=('bf16-mixed', 'fp16-mixed', 'fp8'),
+          # --recompute-method block --recompute-num-layers N recomputes the first N
+          # layers of each model chunk (megatron/core/transformer/transformer_block.py
+          # _checkpointed_forward): batchfit's ``half`` takes N = half the chunk, rounded down
           recompute={'none': 'none', 'selective': 'selective (core attention)',
-                     'full': 'full (uniform, every layer)'},
+                     'full': 'full (uniform, every layer)',
+                     'half': 'full, block (half of each chunk\'s layers)'},
           kernels='megatron', loss='megatron', tensor_parallel=True, pipeline_parallel=True,
           virtual_stages=True, context_parallel=True, expert_parallel=True,
           sequence_parallel=True, zero_with_pp=(0, 1), persistent_grad_buffer=True,

@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.memory.activations import FULL_RECOMPUTE_SHARE
+
 if TYPE_CHECKING:
     from planner.models.spec import ModelSpec
     from planner.timing.step_time import StepTimeOptions

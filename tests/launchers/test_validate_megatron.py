@@ -85,7 +85,8 @@ def transformer_config(a: argparse.Namespace, world: int):
 
 @pytest.mark.parametrize(('tp', 'pp', 'vpp', 'cp', 'zero', 'recompute'), [
     (2, 2, 1, 1, 1, 'selective'), (4, 2, 2, 1, 0, 'full'), (1, 1, 1, 1, 1, 'none'),
-    (2, 1, 1, 2, 1, 'none'), (1, 4, 4, 1, 0, 'selective')])
+    (2, 1, 1, 2, 1, 'none'), (1, 4, 4, 1, 0, 'selective'), (2, 2, 1, 1, 1, 'half'),
+    (1, 4, 2, 1, 0, 'half')])
 def test_megatron_core_accepts_numbers_and_shape(tmp_path, tp, pp, vpp, cp, zero, recompute):
     from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
 
@@ -115,6 +116,13 @@ def test_megatron_core_accepts_numbers_and_shape(tmp_path, tp, pp, vpp, cp, zero
     assert a.use_distributed_optimizer == (zero == 1)
     assert a.lr_warmup_iters == plan.guidance.warmup_steps
     assert a.train_iters == plan.steps
+    if recompute == 'half':
+        # block: the first N layers of each model chunk recomputed, the others keep their
+        # activations: at least half of each chunk, what the estimate kept whole
+        assert (config.recompute_granularity, config.recompute_method) == ('full', 'block')
+        chunk = plan.model.spec.num_layers // (pp * vpp)
+        assert config.recompute_num_layers == chunk // 2
+        assert chunk - config.recompute_num_layers >= chunk / 2
 
 
 def test_calculator_rejects_a_wrong_dp():

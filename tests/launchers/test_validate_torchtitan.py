@@ -47,7 +47,7 @@ def check_types(config) -> None:
 
 @pytest.mark.parametrize(('tp', 'pp', 'vpp', 'zero', 'recompute'), [
     (1, 1, 1, 2, 'selective'), (1, 1, 1, 3, 'full'), (2, 2, 1, 3, 'selective'),
-    (2, 2, 2, 3, 'none'), (1, 2, 1, 2, 'full')])
+    (2, 2, 2, 3, 'none'), (1, 2, 1, 2, 'full'), (1, 2, 1, 3, 'half')])
 def test_config_and_parallel_dims(tmp_path, tp, pp, vpp, zero, recompute):
     from torchtitan.distributed.parallel_dims import ParallelDims
 
@@ -76,7 +76,12 @@ def test_config_and_parallel_dims(tmp_path, tp, pp, vpp, zero, recompute):
     assert t.global_batch_size == c.global_batch == 256
     assert (config.model.name, config.model.flavor) == ('llama3', '8B')
     assert config.lr_scheduler.warmup_steps == plan.guidance.warmup_steps
-    assert config.activation_checkpoint.mode == recompute
+    ac = config.activation_checkpoint
+    if recompute == 'half':  # every layer of even index checkpointed
+        assert (ac.mode, ac.selective_ac_option) == ('selective', '2')
+    else:
+        assert ac.mode == recompute
+        assert recompute != 'selective' or ac.selective_ac_option == 'op'
     # the plan's own recipe: FSDP2 MixedPrecisionPolicy(param bf16, reduce fp32)
     assert c.framework == 'torchtitan'
     assert c.precision == 'fsdp-bf16'

@@ -344,3 +344,56 @@ def test_hsdp_shards_within_a_replica_and_all_reduces_across():
         return float(st.dp_comm_s)
 
     assert dp_time(4) < dp_time(1)
+
+
+@pytest.mark.parametrize(('framework', 'precision', 'zero'),
+                         [('torchtitan', 'fsdp-bf16', 3), ('megatron', 'bf16-mixed', 1)])
+@pytest.mark.parametrize(('pp', 'vpp'), [(1, 1), (4, 1), (4, 2)])
+def test_half_recompute_keeps_half_the_layers_whole(framework, precision, zero, pp, vpp):
+    """``half``: the stage's saved activations are those of its kept layers whole plus a
+    checkpoint input for each recomputed one, and its time sits between none and full."""
+    from planner.memory.activations import RECOMPUTE_CODES, half_recomputed_layers
+    from planner.timing.step_time import LayoutArrays, step_time_arrays
+
+    m = find_preset('llama-3.1-8b')  # 32 layers: chunks of 32, 8 and 4 layers
+    by_mode = {}
+    for recompute in ('none', 'full', 'half'):
+        setup = TrainingSetup(seq_len=4096, micro_batch=1, grad_accum=8, pp=pp, vpp=vpp, dp=2,
+                              zero=zero, precision=precision, framework=framework,
+                              recompute=recompute)
+        axes = {'nodes': 1, 'gpus_per_node': 8, 'tp': 1, 'pp': pp, 'vpp': vpp, 'cp': 1,
+                'dp': 2, 'micro_batch': 1, 'grad_accum': 8, 'zero': zero,
+                'recompute': RECOMPUTE_CODES[recompute], 'sequence_parallel': False}
+        lay = LayoutArrays(**{k: np.asarray(v) for k, v in axes.items()})
+        by_mode[recompute] = (estimate(m, setup), step_time_arrays(
+            m, 4096, find_gpu('h100-sxm'), None, lay, precision=precision,
+            framework=framework))
+    layers = m.num_layers // pp
+    recomputed = int(half_recomputed_layers(m.num_layers, pp, vpp))
+    assert recomputed == layers // 2
+    none_layer = by_mode['none'][0].activations_per_layer_bytes
+    ckpt_layer = by_mode['full'][0].activations_per_layer_bytes
+    fwd_end = {mode: est.phases['forward_end'] for mode, (est, _) in by_mode.items()}
+    assert fwd_end['full'] < fwd_end['half'] < fwd_end['none']
+    if pp == 1:  # one micro-batch in flight: the layers' saved bytes alone differ
+        kept = layers - recomputed
+        assert fwd_end['none'] - fwd_end['half'] == pytest.approx(
+            layers * none_layer - (kept * none_layer + recomputed * ckpt_layer), rel=1e-6)
+    times = {mode: float(t.step_time_s) for mode, (_, t) in by_mode.items()}
+    assert times['none'] < times['half'] < times['full']
+
+
+def test_half_recompute_is_offered_only_where_the_stack_runs_it(capsys):
+    for framework in ('hf', 'hf-deepspeed', 'deepspeed'):
+        assert 'half' not in STACKS[framework].recompute
+        code = main(['estimate', '--model', 'llama-3.1-8b', '--seq-len', '4096',
+                     '--micro-batch', '1', '--framework', framework, '--recompute', 'half'])
+        assert code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1
+        assert '--recompute' in err[0]
+        assert framework in err[0]
+    result = search(_request(model='llama-3.1-8b', framework='torchtitan',
+                             recompute_modes=('half',)))
+    assert result.best is not None
+    assert result.best.recompute == 'half'

@@ -272,7 +272,7 @@ def test_recompute_codes_agree_across_modules():
     from planner.timing.step_time import RECOMPUTE_MODES
 
     assert RECOMPUTE_MODES == SETUP_MODES
-    assert [RECOMPUTE_CODES[mode] for mode in RECOMPUTE_MODES] == [0, 1, 2]
+    assert [RECOMPUTE_CODES[mode] for mode in RECOMPUTE_MODES] == list(range(len(RECOMPUTE_MODES)))
 
 
 @pytest.mark.parametrize(('gpu', 'gpus', 'micro', 'measured'), [

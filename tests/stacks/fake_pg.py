@@ -235,7 +235,9 @@ def _run_fsdp2(config: StackConfig, mode):
         if tp_mesh is not None:
             # torchtitan's default: loss_parallel on (parallelism.disable_loss_parallel=False)
             apply_tp(model, tp_mesh, loss_parallel=True, enable_float8_tensorwise_tp=False)
-        if config.ac != 'none':
+        if config.ac == 'half':
+            apply_ac(model, ACConfig(mode='selective', selective_ac_option='2'))
+        elif config.ac != 'none':
             apply_ac(model, ACConfig(mode=config.ac))
         apply_fsdp(model, dp_mesh, param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
                    pp_enabled=False)

@@ -217,7 +217,8 @@ COLUMNS: tuple[Column, ...] = (
         '3 + weights sharded'), lambda a, _r: a.layout('zero').astype(np.int64)),
     Column('recompute', QT_TRANSLATE_NOOP('CandidateTableModel', 'recompute'), QT_TRANSLATE_NOOP(
         'CandidateTableModel', 'Activation recompute: none, selective (attention), full (whole '
-        'layers)'), lambda a, _r: a.layout('recompute').astype(np.int64), text=core_text,
+        'layers), half (every other layer)'),
+        lambda a, _r: a.layout('recompute').astype(np.int64), text=core_text,
         cell=_recompute_text, searchable=True, align_left=True),
     Column('memory', QT_TRANSLATE_NOOP('CandidateTableModel', 'memory (GiB)'), QT_TRANSLATE_NOOP(
         'CandidateTableModel', 'Per-GPU peak incl. CUDA context and allocator reserve '

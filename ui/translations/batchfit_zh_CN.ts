@@ -224,6 +224,10 @@ or enter another Python above.</source>
         <translation>按所选顺序排名（相差极小时较简单的布局优先）。每组近似重复方案只显示一行时，被隐藏方案的名次会跳过（1、3、5…）</translation>
     </message>
     <message>
+        <source>Activation recompute: none, selective (attention), full (whole layers), half (every other layer)</source>
+        <translation>激活重计算：无、选择性（注意力部分）、完全（整层）、一半（隔层）</translation>
+    </message>
+    <message>
         <source>stack</source>
         <translation>技术栈</translation>
     </message>
@@ -266,10 +270,6 @@ or enter another Python above.</source>
     <message>
         <source>recompute</source>
         <translation>重计算</translation>
-    </message>
-    <message>
-        <source>Activation recompute: none, selective (attention), full (whole layers)</source>
-        <translation>激活重计算：无、选择性（注意力部分）、完全（整层）</translation>
     </message>
     <message>
         <source>memory (GiB)</source>
@@ -483,6 +483,14 @@ or enter another Python above.</source>
         <translation>完全（均匀，每层）</translation>
     </message>
     <message>
+        <source>selective (every 2nd layer)</source>
+        <translation>选择性（每隔一层）</translation>
+    </message>
+    <message>
+        <source>full, block (half of each chunk&apos;s layers)</source>
+        <translation>完全，分块（每个模型块的一半层）</translation>
+    </message>
+    <message>
         <source>optimizer</source>
         <translation>优化器</translation>
     </message>
@@ -501,6 +509,10 @@ or enter another Python above.</source>
     <message>
         <source>full</source>
         <translation>完全</translation>
+    </message>
+    <message>
+        <source>half</source>
+        <translation>一半</translation>
     </message>
     <message>
         <source>everything in fp32, as plain PyTorch (16 B/param with Adam)</source>
@@ -1416,10 +1428,6 @@ or enter another Python above.</source>
         <translation>要尝试的 ZeRO 阶段：0 为普通数据并行；1 切分优化器状态；2 再切分梯度；3（FSDP）再切分权重。</translation>
     </message>
     <message>
-        <source>Activation recompute to try: none keeps every activation; selective recomputes attention; full recomputes whole layers (≈ +33 % compute).</source>
-        <translation>要尝试的激活重计算模式：无 = 保留全部激活值；选择性 = 重算注意力部分；完全 = 重算整层（计算量约 +33 %）。</translation>
-    </message>
-    <message>
         <source>GPU memory kept free for fragmentation spikes and what the model misses.</source>
         <translation>预留不用的显存，用于应对内存碎片造成的峰值以及模型未估计到的部分。</translation>
     </message>
@@ -1518,6 +1526,10 @@ or enter another Python above.</source>
     <message>
         <source>Projections that get an adapter: attention (q, k, v, o) or every linear layer (also gate, up, down).</source>
         <translation>加适配器的投影层：注意力层（q、k、v、o），或全部线性层（另加 gate、up、down）。</translation>
+    </message>
+    <message>
+        <source>Activation recompute to try: none keeps every activation; selective recomputes attention; full recomputes whole layers (≈ +33 % compute); half recomputes every other layer.</source>
+        <translation>要尝试的激活重计算模式：无 = 保留全部激活值；选择性 = 重算注意力部分；完全 = 重算整层（计算量约 +33 %）；一半 = 隔层重算。</translation>
     </message>
     <message>
         <source>sequences</source>

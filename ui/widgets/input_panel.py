@@ -111,7 +111,8 @@ TIPS = {
         '2 also gradients; 3 (FSDP) also weights.'),
     'recompute': QT_TRANSLATE_NOOP(
         'InputPanel', 'Activation recompute to try: none keeps every activation; selective '
-        'recomputes attention; full recomputes whole layers (≈ +33 % compute).'),
+        'recomputes attention; full recomputes whole layers (≈ +33 % compute); half '
+        'recomputes every other layer.'),
     'margin': QT_TRANSLATE_NOOP(
         'InputPanel', 'GPU memory kept free for fragmentation spikes and what the model '
         'misses.'),
