@@ -17,6 +17,7 @@ import warnings
 import pytest
 
 from planner.export import export_plan
+from planner.export.base import stage_layers
 from tests.export_helpers import make_plan, recorded_argv, recorded_env, run_script
 from tests.launchers.torchrun_check import check_launch
 
@@ -204,6 +205,7 @@ def check_stage_layers(layers: list[list[int]], num_layers: int, pp: int, vpp: i
     assert max(map(sum, layers)) <= charged
     assert layers[0][0] * vpp <= charged
     assert min(map(min, layers)) >= 1
+    assert layers == stage_layers(num_layers, pp, vpp)  # the split the exporter meant
 
 
 @pytest.mark.parametrize(('model', 'nodes', 'pp', 'vpp'), [
