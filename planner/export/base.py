@@ -129,6 +129,15 @@ def refuse(fmt: str, message: str, allowed: str | None = None) -> InputError:
     return InputError(f'--format {fmt}', message, allowed)
 
 
+def refuse_empty_stages(plan: PlanFile, fmt: str) -> None:
+    """Refuse more pipeline stages than layers: only a hand-written plan file has them
+    (the search keeps ``pp * vpp <= layers``, planner/plans/search.py)."""
+    c, layers = plan.candidate, plan.model.spec.num_layers
+    if c.pp * c.vpp > layers:
+        raise refuse(fmt, f'pp {c.pp} x {c.vpp} virtual stages would leave stages empty: '
+                     f'the model has {layers} layers', 're-plan with a smaller --pp or --vpp')
+
+
 def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
     """Transformer layers of each virtual stage, ``[pp rank][virtual stage]``, for a
     pipeline whose stages need not be equal.

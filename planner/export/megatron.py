@@ -19,6 +19,7 @@ from planner.export.base import (
     learning_rate,
     precision_kind,
     refuse,
+    refuse_empty_stages,
     refuse_lora,
     stage_layers,
 )
@@ -45,11 +46,12 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
 
     Raises:
         InputError: a LoRA plan, ZeRO 2/3 (Megatron's distributed optimizer shards only
-            the optimizer states), or pure bf16.
+            the optimizer states), more pipeline stages than layers, or pure bf16.
     """
     c, m = plan.candidate, plan.model.spec
     notes: list[str] = []
     refuse_lora(plan, 'megatron', 'Megatron-LM')
+    refuse_empty_stages(plan, 'megatron')
     if c.zero > 1:
         raise refuse('megatron', f'ZeRO {c.zero} shards gradients or parameters; Megatron\'s '
                      'distributed optimizer shards only the optimizer states (ZeRO-1), so the '

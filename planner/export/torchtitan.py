@@ -28,6 +28,7 @@ from planner.export.base import (
     learning_rate,
     precision_kind,
     refuse,
+    refuse_empty_stages,
     refuse_lora,
     stage_layers,
 )
@@ -56,10 +57,12 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     """TOML tables, and notes.
 
     Raises:
-        InputError: a LoRA plan, fp16, pure bf16, or an optimizer other than Adam(W).
+        InputError: a LoRA plan, more pipeline stages than layers, fp16, pure bf16, or
+            an optimizer other than Adam(W).
     """
     c, m, notes = plan.candidate, plan.model.spec, []
     refuse_lora(plan, 'torchtitan', 'torchtitan')
+    refuse_empty_stages(plan, 'torchtitan')
     kind = precision_kind(plan)
     if kind in ('fp16', 'bf16-pure'):
         raise refuse('torchtitan', f'torchtitan trains in fp32 or bf16 mixed precision, not '
