@@ -31,9 +31,6 @@ _CLAUSES: tuple[tuple[str, str], ...] = (
      QT_TRANSLATE_NOOP('ExportHints', 'choose precision {value} under Options')),
     (r're-plan with --optimizer (?P<value>\S+)',
      QT_TRANSLATE_NOOP('ExportHints', 'choose optimizer {value} under Options')),
-    (r're-plan without --uneven-pipeline',
-     QT_TRANSLATE_NOOP('ExportHints', 'select a plan whose pipeline stages divide the '
-                                      'layers')),
 )
 
 

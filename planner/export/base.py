@@ -129,6 +129,34 @@ def refuse(fmt: str, message: str, allowed: str | None = None) -> InputError:
     return InputError(f'--format {fmt}', message, allowed)
 
 
+def refuse_empty_stages(plan: PlanFile, fmt: str) -> None:
+    """Refuse more pipeline stages than layers: only a hand-written plan file has them
+    (the search keeps ``pp * vpp <= layers``, planner/plans/search.py)."""
+    c, layers = plan.candidate, plan.model.spec.num_layers
+    if c.pp * c.vpp > layers:
+        raise refuse(fmt, f'pp {c.pp} x {c.vpp} virtual stages would leave stages empty: '
+                     f'the model has {layers} layers', 're-plan with a smaller --pp or --vpp')
+
+
+def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
+    """Transformer layers of each virtual stage, ``[pp rank][virtual stage]``, for a
+    pipeline whose stages need not be equal.
+
+    The memory model charges every rank ``ceil(layers / pp)`` layers and the first
+    rank's in-flight micro-batches a ``1/vpp`` share of them each (planner/memory/peak.py
+    ``estimate_arrays``, ``_inflight``): here no rank holds more, ranks differ by one
+    layer at most, the ranks short of a layer are taken from the ends inwards (the first
+    also holds the embedding and the most micro-batches in flight, the last the head
+    and loss), and each rank's smaller virtual stages come first, so the first rank's
+    first virtual stage (in flight most often) holds ``floor(layers per rank / vpp)``.
+    A whole split needs ``pp * vpp <= layers``, as the search asks (planner/plans/search.py).
+    """
+    per_rank = -(-num_layers // pp)
+    short = sorted(range(pp), key=lambda r: min(r, pp - 1 - r))[:per_rank * pp - num_layers]
+    totals = [per_rank - (r in short) for r in range(pp)]
+    return [[n // vpp + (v >= vpp - n % vpp) for v in range(vpp)] for n in totals]
+
+
 def require_data_parallel(plan: PlanFile, fmt: str) -> None:
     """Refuse TP/PP/CP layouts for launchers that only shard data (HF, Lightning...)."""
     c = plan.candidate

@@ -19,7 +19,9 @@ from planner.export.base import (
     learning_rate,
     precision_kind,
     refuse,
+    refuse_empty_stages,
     refuse_lora,
+    stage_layers,
 )
 from planner.export.launch import (
     bash_script,
@@ -45,18 +47,16 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
 
     Raises:
         InputError: a LoRA plan, ZeRO 2/3 (Megatron's distributed optimizer shards only
-            the optimizer states), a pipeline that does not divide the layers, or pure bf16.
+            the optimizer states), more pipeline stages than layers, or pure bf16.
     """
     c, m = plan.candidate, plan.model.spec
     notes: list[str] = []
     refuse_lora(plan, 'megatron', 'Megatron-LM')
+    refuse_empty_stages(plan, 'megatron')
     if c.zero > 1:
         raise refuse('megatron', f'ZeRO {c.zero} shards gradients or parameters; Megatron\'s '
                      'distributed optimizer shards only the optimizer states (ZeRO-1), so the '
                      'plan would not fit as estimated', 're-plan with --zero 0,1')
-    if m.num_layers % c.pp:
-        raise refuse('megatron', f'pp {c.pp} does not divide the {m.num_layers} layers',
-                     're-plan without --uneven-pipeline')
     args: list[tuple[str, Any]] = [
         ('--tensor-model-parallel-size', c.tp), ('--pipeline-model-parallel-size', c.pp),
         ('--context-parallel-size', c.cp),
@@ -66,8 +66,7 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
         # the plan's expert split; Megatron's default would be the TP size
         args += [('--expert-model-parallel-size', c.ep),
                  ('--expert-tensor-parallel-size', c.etp or c.tp)]
-    if c.vpp > 1:
-        args.append(('--num-layers-per-virtual-pipeline-stage', m.num_layers // (c.pp * c.vpp)))
+    args += _pipeline_split(m.num_layers, c.pp, c.vpp)
     if c.sequence_parallel and c.tp > 1:
         args.append(('--sequence-parallel', None))
     if c.zero == 1:
@@ -98,6 +97,26 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
     args += _schedule(plan, notes)
     notes.append('add your tokenizer and data flags (--tokenizer-type, --data-path, ...)')
     return args, notes
+
+
+def _pipeline_split(num_layers: int, pp: int, vpp: int) -> list[tuple[str, Any]]:
+    """Equal virtual stages by their size; any other split as a layout.
+
+    ``--decoder-first/last-pipeline-num-layers`` cannot place every split (the middle
+    ranks must share the rest equally, each a multiple of the virtual stages:
+    megatron/core/transformer/transformer_config.py ``__post_init__``), so an unequal
+    split is written as ``--pipeline-model-parallel-layout``: one ``|``-separated stage
+    per virtual stage in layer order (rank-major within each virtual-stage round), the
+    embedding ``E`` first and the loss ``L`` last; Megatron reads the virtual stages off
+    its length (megatron/core/transformer/pipeline_parallel_layer_layout.py,
+    megatron/training/arguments.py ``validate_args``: not with the other VPP flags).
+    """
+    if num_layers % (pp * vpp) == 0:
+        per_stage = num_layers // (pp * vpp)
+        return [('--num-layers-per-virtual-pipeline-stage', per_stage)] if vpp > 1 else []
+    split = stage_layers(num_layers, pp, vpp)
+    stages = [f't*{split[r][v]}' for v in range(vpp) for r in range(pp)]
+    return [('--pipeline-model-parallel-layout', 'E' + '|'.join(stages) + 'L')]
 
 
 def _model_arguments(m: ModelSpec, seq_len: int) -> list[tuple[str, Any]]:

@@ -17,6 +17,7 @@ model by accident.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,9 @@ from planner.export.base import (
     learning_rate,
     precision_kind,
     refuse,
+    refuse_empty_stages,
     refuse_lora,
+    stage_layers,
 )
 from planner.export.launch import multi_node_notes, script_words, torchrun_words
 from planner.export.shell import command, comments
@@ -63,11 +66,12 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     """TOML tables, and notes.
 
     Raises:
-        InputError: a LoRA plan, fp16, pure bf16, an optimizer other than Adam(W), or
-            uneven PP.
+        InputError: a LoRA plan, more pipeline stages than layers, fp16, pure bf16, or
+            an optimizer other than Adam(W).
     """
     c, m, notes = plan.candidate, plan.model.spec, []
     refuse_lora(plan, 'torchtitan', 'torchtitan')
+    refuse_empty_stages(plan, 'torchtitan')
     kind = precision_kind(plan)
     if kind in ('fp16', 'bf16-pure'):
         raise refuse('torchtitan', f'torchtitan trains in fp32 or bf16 mixed precision, not '
@@ -76,9 +80,6 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     if optimizer is None:
         raise refuse('torchtitan', f'torchtitan has no {plan.constraints.optimizer} optimizer',
                      're-plan with --optimizer adamw')
-    if m.num_layers % c.pp:
-        raise refuse('torchtitan', f'pp {c.pp} does not divide the {m.num_layers} layers',
-                     're-plan without --uneven-pipeline')
     name, flavor = FLAVORS.get(plan.model.hf_id, ('llama3', None))
     if flavor is None:
         flavor = 'choose-a-flavor-for-' + re.sub(r'[^A-Za-z0-9.]+', '-', m.name)
@@ -102,7 +103,7 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     if c.pp > 1:
         parallelism['pipeline_parallel_microbatch_size'] = n.micro_batch
         parallelism['pipeline_parallel_schedule'] = 'Interleaved1F1B' if c.vpp > 1 else '1F1B'
-        parallelism['pipeline_parallel_layers_per_stage'] = m.num_layers // (c.pp * c.vpp)
+        parallelism.update(_pipeline_split(m.num_layers, c.pp, c.vpp))
     model: dict[str, Any] = {'name': name, 'flavor': flavor}
     switches = _switches(plan, parallelism, model, kind, notes)
     g = plan.guidance
@@ -121,6 +122,30 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     if plan.steps is None:
         notes.append('the plan has no data size: set training.steps')
     return tables, notes
+
+
+def _pipeline_split(num_layers: int, pp: int, vpp: int) -> dict[str, Any]:
+    """The stages' layers, as the plan charged them (``stage_layers``).
+
+    torchtitan counts the embedding and the head as a layer of the first and the last
+    stage unless told otherwise (``pipeline_parallel_first/last_stage_less_layers``,
+    default 1); the plan holds them beside the layers, so both are 0. Equal stages are
+    given by their size (``pipeline_llm`` makes ``ceil(layers / size)`` stages:
+    torchtitan/distributed/pipeline_parallel.py); any other split is named module by
+    module (``module_fqns_per_model_part``: one list per stage in layer order, which
+    ``pipeline_module_split`` deals out to the ranks looped, stage ``rank + k * pp``).
+    """
+    if num_layers % (pp * vpp) == 0:
+        return {'pipeline_parallel_first_stage_less_layers': 0,
+                'pipeline_parallel_last_stage_less_layers': 0,
+                'pipeline_parallel_layers_per_stage': num_layers // (pp * vpp)}
+    split = stage_layers(num_layers, pp, vpp)
+    sizes = [split[r][v] for v in range(vpp) for r in range(pp)]
+    ends = itertools.accumulate(sizes)
+    parts = [[f'layers.{i}' for i in range(e - k, e)] for e, k in zip(ends, sizes, strict=True)]
+    parts[0].insert(0, 'tok_embeddings')
+    parts[-1] += ['norm', 'output']
+    return {'module_fqns_per_model_part': parts}
 
 
 def _switches(plan: PlanFile, parallelism: dict[str, Any], model: dict[str, Any], kind: str,

@@ -170,8 +170,9 @@ def _empty_axis(req: PlanRequest) -> NoPlanExplanation | None:
         text = (f'pipeline sizes {_words(asked)} do not divide the {layers} layers of '
                 f'{model.name}; sizes that do: {", ".join(map(str, _divisors(layers)))}')
         if not lim.uneven_pipeline and any(p <= layers for p in (lim.pp or (1,))):
-            text += ('; or allow uneven stages with --uneven-pipeline (the first stages '
-                     'take one layer more, as Megatron\'s --decoder-first-pipeline-num-layers)')
+            text += ('; or allow uneven stages with --uneven-pipeline (no stage holds more '
+                     'than ceil(layers / pp); the megatron and torchtitan exports write the '
+                     'split)')
         return NoPlanExplanation('pp_layers', '--pp', text + '.',
                                  nearest={'pp': _closest(allowed, lim.pp or None)},
                                  suggestions=() if lim.uneven_pipeline else ('uneven_pipeline',))

@@ -70,8 +70,10 @@ class LayoutLimits:
             of a sequence (below ~1k tokens the ring steps are latency-bound and the
             attention blocks too small; the model does not capture that, so it is ruled
             out here).
-        uneven_pipeline: allow PP sizes that do not divide the layers (the first stages
-            take one layer more; Megatron's ``--decoder-first-pipeline-num-layers``).
+        uneven_pipeline: allow PP sizes that do not divide the layers, and virtual stages
+            that do not divide a rank's (no rank holds more than ``ceil(layers / pp)``;
+            the Megatron and torchtitan exports write the split:
+            ``planner.export.base.stage_layers``).
         sequence_parallel: use sequence parallelism with TP (Megatron's default).
         max_ep: largest expert-parallel size (MoE models, stacks with EP).
         ep: only these EP sizes.

@@ -22,7 +22,8 @@ megatron/core/parallel_state.py; Narayanan et al. 2021 §3):
   (``tp <= GPUs per node``, which it divides);
 * PP is at most the layers (and divides them unless ``uneven_pipeline``); virtual
   stages need ``pp > 1``, ``grad_accum % pp == 0`` and a whole number of layers per
-  chunk;
+  chunk (with ``uneven_pipeline``, at least one layer per chunk: the exports then write
+  the split, ``planner.export.base.stage_layers``);
 * CP splits the sequence into ``2 * cp`` load-balanced chunks (``seq_len % 2cp == 0``);
 * ZeRO stages above 0 only where there is something to shard (``dp * cp > 1``); with a
   pipeline only those the stack runs there (DeepSpeed's pipeline engine and Megatron's

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import warnings
 
 import pytest
 
 from planner.export import export_plan
+from planner.export.base import stage_layers
 from tests.export_helpers import make_plan, recorded_argv, recorded_env, run_script
 from tests.launchers.torchrun_check import check_launch
 
@@ -27,7 +29,8 @@ INT_FLAGS = ('--tensor-model-parallel-size', '--pipeline-model-parallel-size',
              '--ffn-hidden-size', '--num-attention-heads', '--num-query-groups',
              '--kv-channels', '--seq-length', '--max-position-embeddings', '--train-iters',
              '--lr-warmup-iters', '--recompute-num-layers', '--num-experts',
-             '--moe-router-topk', '--moe-ffn-hidden-size', '--rotary-base')
+             '--moe-router-topk', '--moe-ffn-hidden-size', '--rotary-base',
+             '--expert-model-parallel-size', '--expert-tensor-parallel-size')
 SWITCHES = ('--sequence-parallel', '--use-distributed-optimizer', '--recompute-activations',
             '--group-query-attention', '--swiglu', '--untie-embeddings-and-output-weights',
             '--disable-bias-linear', '--add-qkv-bias', '--qk-layernorm', '--bf16', '--fp16',
@@ -51,6 +54,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--recompute-granularity', choices=('full', 'selective'))
     parser.add_argument('--recompute-method', choices=('uniform', 'block'))
     parser.add_argument('--fp8-format', choices=('e4m3', 'hybrid'))
+    parser.add_argument('--pipeline-model-parallel-layout')
     return parser.parse_args(argv)
 
 
@@ -80,6 +84,7 @@ def transformer_config(a: argparse.Namespace, world: int):
             add_bias_linear=not a.disable_bias_linear, qk_layernorm=a.qk_layernorm,
             normalization=a.normalization, attention_dropout=a.attention_dropout,
             hidden_dropout=a.hidden_dropout,
+            pipeline_model_parallel_layout=a.pipeline_model_parallel_layout,
             **({} if a.norm_epsilon is None else {'layernorm_epsilon': a.norm_epsilon}))
 
 
@@ -179,3 +184,73 @@ def test_overlap_switches_are_what_megatron_core_accepts(tmp_path, zero):
         overlap_grad_reduce=a.overlap_grad_reduce, overlap_param_gather=a.overlap_param_gather,
         use_distributed_optimizer=a.use_distributed_optimizer)
     assert config.overlap_grad_reduce
+
+
+def megatron_layers(config, monkeypatch) -> list[list[int]]:
+    """Layers megatron-core builds on each (pp rank, virtual stage): its own
+    ``get_num_layers_to_build`` (megatron/core/transformer/transformer_block.py), which
+    reads the rank and the virtual-stage count from parallel_state for a layout."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    vpp = config.virtual_pipeline_model_parallel_size
+    monkeypatch.setattr(parallel_state, '_VIRTUAL_PIPELINE_MODEL_PARALLEL_WORLD_SIZE', vpp)
+    layers = []
+    for rank in range(config.pipeline_model_parallel_size):
+        monkeypatch.setattr(parallel_state, '_MPU_PIPELINE_MODEL_PARALLEL_RANK', rank)
+        layers.append([get_num_layers_to_build(config, vp_stage=v if vpp else None,
+                                               pp_rank=rank) for v in range(vpp or 1)])
+    return layers
+
+
+def check_stage_layers(layers: list[list[int]], num_layers: int, pp: int, vpp: int) -> None:
+    """Every layer built once, and no rank (nor the first rank's first virtual stage, in
+    flight most often) over the memory model's share: ceil(layers / pp) a rank, 1/vpp of
+    it a virtual stage (planner/memory/peak.py ``estimate_arrays``, ``_inflight``)."""
+    charged = math.ceil(num_layers / pp)
+    assert (len(layers), {len(r) for r in layers}) == (pp, {vpp})
+    assert sum(map(sum, layers)) == num_layers
+    assert max(map(sum, layers)) <= charged
+    assert layers[0][0] * vpp <= charged
+    assert min(map(min, layers)) >= 1
+    assert layers == stage_layers(num_layers, pp, vpp)  # the split the exporter meant
+
+
+@pytest.mark.parametrize(('model', 'nodes', 'pp', 'vpp'), [
+    ('llama-3.2-1b', 3, 3, 1),  # 16 layers: 6/5/5 without virtual stages
+    ('llama-3.2-1b', 5, 5, 3),  # 15 virtual stages for 16 layers
+    ('llama-3.1-8b', 4, 4, 3),  # PP divides the 32 layers, the virtual stages do not
+    ('llama-3.1-8b', 4, 4, 2),  # even: --num-layers-per-virtual-pipeline-stage
+])
+def test_uneven_pipeline_is_what_megatron_core_builds(tmp_path, monkeypatch, model, nodes, pp,
+                                                      vpp):
+    plan = make_plan(model=model, nodes=nodes, tp=1, pp=pp, vpp=vpp, zero=1, micro_batch=1,
+                     global_batch=120 * nodes, seq_len=2048, framework='megatron',
+                     uneven_pipeline=True)
+    run_script(export_plan(plan, 'megatron').text, tmp_path,
+               {'NODE_RANK': '0', 'MASTER_ADDR': 'h0'})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    a = parse(argv[argv.index('pretrain_gpt.py') + 1:])
+    even = a.num_layers % (pp * vpp) == 0
+    assert (a.pipeline_model_parallel_layout is None) == even
+    config = transformer_config(a, nodes * 8)
+    assert (config.virtual_pipeline_model_parallel_size or 1) == vpp
+    check_stage_layers(megatron_layers(config, monkeypatch), plan.model.spec.num_layers, pp,
+                       vpp)
+
+
+def test_qwen3_235b_on_pp8_vpp4_as_megatron_bridge_runs_it(tmp_path, monkeypatch):
+    """Megatron-Bridge's Qwen3-235B-A22B: 94 layers on PP 8 x VPP 4 (published run
+    bridge-qwen3-235b-a22b-h100-fp8, tests/stacks/data/published_runs.toml)."""
+    plan = make_plan(model='qwen3-235b-a22b', nodes=32, tp=2, pp=8, vpp=4, zero=1,
+                     micro_batch=1, global_batch=8192, seq_len=4096, framework='megatron',
+                     uneven_pipeline=True)
+    run_script(export_plan(plan, 'megatron').text, tmp_path,
+               {'NODE_RANK': '0', 'MASTER_ADDR': 'h0'})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    a = parse(argv[argv.index('pretrain_gpt.py') + 1:])
+    config = transformer_config(a, 256)
+    assert config.virtual_pipeline_model_parallel_size == 4
+    layers = megatron_layers(config, monkeypatch)
+    check_stage_layers(layers, 94, 8, 4)
+    assert max(map(sum, layers)) == 12  # ceil(94 / 8): two ranks hold 11

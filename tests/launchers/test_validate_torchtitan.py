@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import typing
 
 import pytest
 
 from planner.export import ExportOptions, export_plan
+from planner.export.base import stage_layers
 from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_script
 from tests.launchers.torchrun_check import check_launch
 from tests.launchers.torchtitan_check import stub_triton_kernels
@@ -176,3 +178,61 @@ def test_hsdp_exports_replicate_and_shard_degrees(tmp_path, zero):
                         pp=p.pipeline_parallel_degree, ep=1, etp=1, world_size=32)
     assert dims.dp_replicate_enabled
     assert dims.fsdp_enabled
+
+
+def titan_layers(config, num_layers: int, monkeypatch) -> list[list[int]]:
+    """Layers torchtitan 0.2.2 builds on each (pp rank, virtual stage): its own
+    ``pipeline_llm`` (torchtitan/distributed/pipeline_parallel.py: the stage count from
+    the config, ``generate_llm_fqn_per_model_part`` or ``module_fqns_per_model_part``,
+    ``pipeline_module_split``'s pruning and looped stage order) on a model of identity
+    layers; only the torch ``PipelineStage`` and the schedule are stand-ins (they need
+    a process group)."""
+    import types
+
+    import torch
+    from torch import nn
+    from torchtitan.distributed import pipeline_parallel
+
+    def stage(model, *args, **kwargs):
+        return types.SimpleNamespace(submod=model, is_first=False, is_last=False)
+
+    monkeypatch.setattr(pipeline_parallel, 'PipelineStage', stage)
+    monkeypatch.setattr(pipeline_parallel, 'build_pipeline_schedule', lambda *a: None)
+    model = nn.Module()
+    model.tok_embeddings, model.norm, model.output = nn.Identity(), nn.Identity(), nn.Identity()
+    model.layers = nn.ModuleDict({str(i): nn.Identity() for i in range(num_layers)})
+    pp, layers = config.parallelism.pipeline_parallel_degree, []
+    for rank in range(pp):
+        mesh = types.SimpleNamespace(get_local_rank=lambda r=rank: r, size=lambda: pp,
+                                     get_group=lambda name: None)
+        dims = types.SimpleNamespace(pp=pp, get_mesh=lambda name, m=mesh: m)
+        _, parts, _, _ = pipeline_parallel.pipeline_llm(
+            model, dims, config, torch.device('cpu'),
+            types.SimpleNamespace(n_layers=num_layers), lambda m, *a: m, None)
+        layers.append([len(part.layers) for part in parts])
+    return layers
+
+
+@pytest.mark.parametrize(('model', 'nodes', 'pp', 'vpp'), [
+    ('llama-3.1-8b', 2, 2, 1), ('llama-3.1-8b', 4, 4, 2),  # even
+    ('llama-3.2-1b', 3, 3, 1),  # 16 layers: 6/5/5
+    ('llama-3.2-1b', 5, 5, 3),  # 15 virtual stages for 16 layers
+    ('llama-3.1-8b', 4, 4, 3),  # PP divides the 32 layers, the virtual stages do not
+])
+def test_pipeline_split_is_what_torchtitan_builds(tmp_path, monkeypatch, model, nodes, pp, vpp):
+    plan = make_plan(model=model, nodes=nodes, pp=pp, vpp=vpp, zero=3, micro_batch=1,
+                     global_batch=120 * nodes, seq_len=2048, framework='torchtitan',
+                     uneven_pipeline=True)
+    config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
+    check_types(config)
+    num_layers = plan.model.spec.num_layers
+    layers = titan_layers(config, num_layers, monkeypatch)
+    # planner/memory/peak.py charges ceil(layers / pp) a rank, 1/vpp of it for each of
+    # the first rank's in-flight virtual stages (estimate_arrays, _inflight)
+    charged = math.ceil(num_layers / pp)
+    assert (len(layers), {len(r) for r in layers}) == (pp, {vpp})
+    assert sum(map(sum, layers)) == num_layers
+    assert max(map(sum, layers)) <= charged
+    assert layers[0][0] * vpp <= charged
+    assert min(map(min, layers)) >= 1
+    assert layers == stage_layers(num_layers, pp, vpp)  # the split the exporter meant

@@ -91,6 +91,18 @@ def test_precision_refusals(fmt, precision, message):
         export_plan(plan, fmt)
 
 
+@pytest.mark.parametrize('fmt', ['megatron', 'torchtitan'])
+def test_more_pipeline_stages_than_layers_are_refused(mp_plan, fmt):
+    """Only a hand-written plan file has them (pp 2 x 2 virtual stages for 3 layers)."""
+    spec = dataclasses.replace(mp_plan.model.spec, num_layers=3)
+    plan = dataclasses.replace(mp_plan, model=dataclasses.replace(mp_plan.model, spec=spec))
+    with pytest.raises(InputError, match=f'--format {fmt}: pp 2 x 2 virtual stages'):
+        export_plan(plan, fmt)
+    spec = dataclasses.replace(spec, num_layers=5)  # 4 stages: one holds 2 layers
+    assert export_plan(dataclasses.replace(plan, model=dataclasses.replace(
+        plan.model, spec=spec)), fmt).text
+
+
 def test_batch_identities_checked_before_export(dp_plan):
     broken = dataclasses.replace(dp_plan, candidate=dataclasses.replace(
         dp_plan.candidate, grad_accum=dp_plan.candidate.grad_accum + 1))

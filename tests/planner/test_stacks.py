@@ -79,6 +79,28 @@ def test_every_candidate_is_legal_for_its_stack_and_exports_without_refusal(fram
             assert exported.text.strip()
 
 
+@pytest.mark.parametrize('framework', ['megatron', 'torchtitan'])
+@pytest.mark.parametrize('vpp', [(1,), (2, 3, 5)])
+def test_every_uneven_pipeline_candidate_exports_without_refusal(framework, vpp):
+    """--uneven-pipeline: PP sizes that do not divide the 16 layers, with and without
+    virtual stages (also more virtual stages than divide a rank's layers)."""
+    limits = LayoutLimits(uneven_pipeline=True, pp=(3, 5, 6, 7), vpp=vpp)
+    req = _request(nodes=4, batch=120, framework=framework, limits=limits)
+    result = search(req)
+    assert result.status == 'ok', result.message
+    rows = result.top(40, distinct=False)
+    layers = req.model.num_layers
+    assert rows
+    assert all(layers % c.pp for c in rows)
+    assert any(layers % (c.pp * c.vpp) for c in rows)
+    inputs = GuidanceInputs(base_lr=3e-4, base_batch_samples=64.0)
+    for c in rows:
+        plan = plan_file_from_search(req, result, model_arg='llama-3.2-1b',
+                                     guidance_inputs=inputs, chosen=c)
+        assert (plan.candidate.pp, plan.candidate.vpp) == (c.pp, c.vpp)
+        assert export_plan(plan, framework).text.strip()  # never refused
+
+
 def test_with_no_stack_named_the_search_ranks_across_stacks():
     req = _request(nodes=4, batch=128)
     result = search(req)

@@ -1267,10 +1267,6 @@ or enter another Python above.</source>
         <translation>在“选项”中将优化器设为 {value}</translation>
     </message>
     <message>
-        <source>select a plan whose pipeline stages divide the layers</source>
-        <translation>选择流水线阶段数能整除层数的方案</translation>
-    </message>
-    <message>
         <source> or </source>
         <translation>，或</translation>
     </message>
