@@ -19,6 +19,7 @@ from planner.export.base import (
     learning_rate,
     precision_kind,
     refuse,
+    refuse_hybrid_shard,
     refuse_lora,
 )
 from planner.export.launch import (
@@ -49,6 +50,7 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
     c, m = plan.candidate, plan.model.spec
     notes: list[str] = []
     refuse_lora(plan, 'megatron', 'Megatron-LM')
+    refuse_hybrid_shard(plan, 'megatron')
     if c.zero > 1:
         raise refuse('megatron', f'ZeRO {c.zero} shards gradients or parameters; Megatron\'s '
                      'distributed optimizer shards only the optimizer states (ZeRO-1), so the '
