@@ -61,11 +61,13 @@ class StackConfig:
         stack: the stack that runs it, as ``--framework`` will name it.
         wrapping: ``fsdp2`` (torchtitan's ``apply_fsdp``, optionally after ``apply_tp``),
             ``fsdp2-pp`` (torchtitan's stage split, FSDP2 without reshard after forward,
-            1F1B on the first stage) or ``ddp`` (transformers' Llama in torch DDP under
-            ``torch.autocast``).
+            1F1B on the first stage), ``ddp`` (transformers' Llama in torch DDP under
+            ``torch.autocast``) or ``hf-fsdp2`` (transformers' Llama through accelerate's
+            ``fsdp2_prepare_model`` for bf16, over ``ParallelismConfig``'s mesh).
         dp, tp, pp: the mesh (``dp`` is the FSDP sharding degree, or DDP's size).
         replicate: HSDP: ``dp`` is ``replicate`` copies of a ``dp / replicate`` shard group
-            (a 2-D ``("dp_replicate", "fsdp")`` mesh, as torchtitan builds it).
+            (a 2-D ``("dp_replicate", "fsdp")`` mesh, as torchtitan builds it;
+            ``("dp_replicate", "dp_shard")``, as accelerate's ParallelismConfig does).
         microbatches: micro-batches per step (the gradient accumulation steps under PP).
         ac: torchtitan's activation checkpointing: ``none``, ``full`` (its ``apply_ac``
             wraps every TransformerBlock; the final norm, the output head and the loss
@@ -151,6 +153,12 @@ CONFIGS: tuple[StackConfig, ...] = (
                'precision': ''},
         target={'dp': 4, 'zero': 3, 'dp_replicate': 2, 'framework': 'torchtitan',
                 'precision': ''}),
+    # HSDP through accelerate (hf stack): its fsdp2_prepare_model over ParallelismConfig's
+    # ("dp_replicate", "dp_shard") mesh, 2 replicas of 2-rank shard groups
+    StackConfig(
+        'hf-hsdp-r2-d4', 'hf', 'hf-fsdp2', dp=4, replicate=2,
+        today={'dp': 4, 'zero': 3, 'dp_replicate': 2, 'framework': 'hf', 'precision': ''},
+        target={'dp': 4, 'zero': 3, 'dp_replicate': 2, 'framework': 'hf', 'precision': ''}),
     # A real allocating run (DDP's reducer needs real storage); sequence 64 because CPU
     # bf16 autocast is slow on a CPU without bf16 instructions (about 25 s at 256).
     StackConfig(

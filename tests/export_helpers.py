@@ -105,6 +105,24 @@ def _make_plan(*, model: str, nodes: int, gpus_per_node: int, tp: int, pp: int, 
     return plan
 
 
+def hsdp_plan(*, framework: str = 'hf', zero: int = 3, nodes: int = 4,
+              model: str = 'llama-3.2-1b') -> PlanFile:
+    """The first HSDP row (``dp_replicate`` > 1: one node's ranks per shard group) of a
+    real search on ``nodes`` 8-GPU nodes, with its own estimates, as a plan."""
+    request = PlanRequest(
+        model=find_preset(model), seq_len=4096, gpu=find_gpu('h100-sxm'), max_nodes=nodes,
+        gpus_per_node=8, inter_node=find_interconnect('ib-ndr'), global_batch=256,
+        length=TrainingLength(tokens=2e10), zero_stages=(zero,), recompute_modes=('none',),
+        framework=framework, top_k=10_000,
+        limits=LayoutLimits(gpus=(nodes * 8,), tp=(1,), pp=(1,), cp=(1,), micro_batch=(1,)))
+    result = search(request)
+    rows = result.top(request.top_k, distinct=False)
+    index = next(i for i, c in enumerate(rows) if c.dp_replicate > 1)
+    inputs = GuidanceInputs(base_lr=3e-4, base_batch_samples=128.0)
+    return plan_file_from_search(request, result, chosen=rows[index], model_arg=model,
+                                 guidance_inputs=inputs)
+
+
 def renamed(plan: PlanFile, name: str) -> PlanFile:
     """The plan with another model name (for hostile-name tests)."""
     spec = dataclasses.replace(plan.model.spec, name=name)

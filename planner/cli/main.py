@@ -146,7 +146,8 @@ def estimate_stack(args: argparse.Namespace, lora: bool):
         stack.check(precision=args.precision, zero_stages=(args.zero,),
                     recompute_modes=(args.recompute,), lora=lora)
         stack.check_layout(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
-                           zero=args.zero, etp=args.etp, dp_replicate=args.dp_replicate)
+                           zero=args.zero, etp=args.etp, dp_replicate=args.dp_replicate,
+                           lora=lora)
 
     if args.framework:
         stack = get_stack(args.framework)

@@ -20,6 +20,7 @@ from planner.export.base import (
     Export,
     ExportOptions,
     header,
+    hybrid_shard_sizes,
     lora_notes,
     precision_kind,
     refuse,
@@ -50,7 +51,8 @@ def accelerate_config(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
     """The ``ClusterConfig`` YAML fields, and notes.
 
     Raises:
-        InputError: TP/PP/CP layouts, FSDP with ZeRO-1, or pure bf16 with DeepSpeed.
+        InputError: TP/PP/CP layouts, FSDP with ZeRO-1, pure bf16 with DeepSpeed, or HSDP
+            outside FSDP.
     """
     require_data_parallel(plan, fmt)
     c, notes = plan.candidate, []
@@ -92,6 +94,14 @@ def accelerate_config(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
     elif c.recompute != 'none':
         notes.append('activation recompute: call model.gradient_checkpointing_enable() in '
                      'your script (accelerate has no flag for it)')
+    hsdp = hybrid_shard_sizes(plan, n, backend, fmt)
+    if hsdp is not None:
+        # HSDP: ClusterConfig.parallelism_config, whose keys `accelerate launch` copies onto
+        # its --parallelism_config_* flags and exports as PARALLELISM_CONFIG_* for
+        # ParallelismConfig (src/accelerate/commands/launch.py _validate_launch_command;
+        # src/accelerate/utils/launch.py prepare_extend_env_parallelism_config)
+        config['parallelism_config'] = {'parallelism_config_dp_replicate_size': hsdp[0],
+                                        'parallelism_config_dp_shard_size': hsdp[1]}
     if kind == 'bf16-pure':
         notes.append('pure bf16: load the model in torch.bfloat16 (mixed_precision stays no)')
     if kind == 'tf32':

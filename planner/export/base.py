@@ -180,10 +180,44 @@ def sharding_backend(plan: PlanFile, options: ExportOptions, fmt: str) -> str:
         return 'ddp'
     if stack == 'hf' and plan.constraints.lora is None:
         return 'fsdp'
+    if plan.candidate.dp_replicate > 1:  # HSDP is FSDP's (torchtitan plans elsewhere)
+        return 'fsdp'
     if options.sharding == 'fsdp' and zero == 1:
         raise refuse(fmt, 'FSDP has no ZeRO-1 (optimizer-only) sharding',
                      '--sharding deepspeed, or re-plan with --zero 0,2,3')
     return options.sharding
+
+
+def hybrid_shard_sizes(plan: PlanFile, n: BatchNumbers, backend: str,
+                       fmt: str) -> tuple[int, int] | None:
+    """``(replicas, shard group size)`` of an HSDP plan (None: FSDP over all of DP, or no
+    FSDP): accelerate's ``(dp_replicate_size, dp_shard_size)``, Lightning's
+    ``device_mesh``.
+
+    accelerate runs HSDP only as FSDP2 over its ("dp_replicate", "dp_shard") mesh, and
+    refuses a replicate dimension without a shard one under FSDP2 (huggingface/accelerate
+    src/accelerate/parallelism_config.py ``_validate_accelerator``).
+
+    Raises:
+        InputError: HSDP outside FSDP (DDP, DeepSpeed), or no shard group.
+    """
+    replicas = plan.candidate.dp_replicate
+    if replicas <= 1:
+        return None
+    if backend != 'fsdp' or n.dp % replicas or n.dp == replicas:
+        raise refuse(fmt, f'HSDP (dp_replicate {replicas} of dp {n.dp}) runs only as FSDP '
+                     '(ZeRO 2-3) with shard groups of 2 or more ranks',
+                     're-plan with --framework hf --zero 2,3, or with --dp-replicate 1')
+    return replicas, n.dp // replicas
+
+
+def refuse_hybrid_shard(plan: PlanFile, fmt: str) -> None:
+    """Refuse an HSDP plan for a launcher that writes no shard groups."""
+    if plan.candidate.dp_replicate > 1:
+        raise refuse(fmt, f'the plan runs HSDP (dp_replicate {plan.candidate.dp_replicate}); '
+                     f'{fmt} writes no replicated FSDP shard groups',
+                     'export it as accelerate, hf, lightning, llamafactory, torchrun, slurm '
+                     'or torchtitan')
 
 
 def precision_kind(plan: PlanFile) -> str:

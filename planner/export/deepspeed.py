@@ -17,6 +17,7 @@ from planner.export.base import (
     lora_notes,
     precision_kind,
     refuse,
+    refuse_hybrid_shard,
 )
 from planner.export.textfmt import json_text
 
@@ -97,6 +98,7 @@ def deepspeed_dict(plan: PlanFile, n: BatchNumbers, fmt: str = 'deepspeed', *,
 
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     """The DeepSpeed JSON."""
+    refuse_hybrid_shard(plan, 'deepspeed')
     config, notes = deepspeed_dict(plan, n)
     notes += lora_notes(plan)
     if n.model_parallel > 1:

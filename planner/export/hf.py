@@ -6,7 +6,10 @@ Integer ``--warmup_steps`` (``--warmup_ratio`` is gone in transformers 5.23), on
 ``--bf16``/``--fp16``, ``--gradient_checkpointing``, and ZeRO through an inline
 DeepSpeed JSON (``--deepspeed '{...}'``) whose batch numbers equal the flags, so the
 Trainer's own comparison catches a launch on the wrong number of GPUs. FSDP uses the
-transformers 5 form (bare ``--fsdp`` and an inline ``--fsdp_config``).
+transformers 5 form (bare ``--fsdp`` and an inline ``--fsdp_config``). HSDP has no
+Trainer flag (``TrainingArguments.parallelism_config`` is a Python object): the script
+exports accelerate's ``PARALLELISM_CONFIG_*`` variables, from which the Trainer's
+``Accelerator`` builds its ``ParallelismConfig`` (:func:`environment`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from planner.export.base import (
     Export,
     ExportOptions,
     header,
+    hybrid_shard_sizes,
     learning_rate,
     lora_notes,
     precision_kind,
@@ -26,6 +30,7 @@ from planner.export.base import (
 from planner.export.deepspeed import deepspeed_dict
 from planner.export.launch import (
     bash_script,
+    exports,
     launch_line,
     multi_node_notes,
     script_words,
@@ -69,6 +74,7 @@ def training_arguments(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
         args['max_steps'] = plan.steps
     notes += _precision(plan, args)
     backend = sharding_backend(plan, options, fmt)
+    hybrid_shard_sizes(plan, n, backend, fmt)  # refuses HSDP outside FSDP2
     if backend == 'fsdp':
         args['fsdp'] = True
         args['fsdp_config'] = {'version': 2, 'reshard_after_forward': c.zero == 3,
@@ -87,6 +93,26 @@ def training_arguments(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
     if plan.constraints.optimizer == 'sgd-momentum':
         args['optim_args'] = 'momentum=0.9'
     return args, notes
+
+
+def environment(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
+                fmt: str = 'hf') -> dict[str, object]:
+    """The variables that make the Trainer's ``Accelerator`` run the plan's HSDP (empty
+    without HSDP).
+
+    The Trainer passes no ``parallelism_config`` unless its argument is set, and then
+    ``Accelerator`` builds ``ParallelismConfig()`` from these (huggingface/accelerate
+    src/accelerate/accelerator.py ``ACCELERATE_USE_PARALLELISM_CONFIG``;
+    src/accelerate/parallelism_config.py ``__post_init__``), as ``accelerate launch``
+    would export them (src/accelerate/utils/launch.py
+    ``prepare_extend_env_parallelism_config``).
+    """
+    hsdp = hybrid_shard_sizes(plan, n, sharding_backend(plan, options, fmt), fmt)
+    if hsdp is None:
+        return {}
+    return {'ACCELERATE_USE_PARALLELISM_CONFIG': 'true',
+            'PARALLELISM_CONFIG_DP_REPLICATE_SIZE': hsdp[0],
+            'PARALLELISM_CONFIG_DP_SHARD_SIZE': hsdp[1]}
 
 
 def _precision(plan: PlanFile, args: dict[str, Any]) -> list[str]:
@@ -127,5 +153,6 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     notes = multi_node_notes(n, options) + notes + lora_notes(plan)
     words = (torchrun_words(n, options) + script_words(options.script_or('train.py'))
              + argv(args) + [quote(a, 'script argument') for a in options.script_args])
-    text = bash_script(header(plan, n, 'Hugging Face Trainer'), notes, [launch_line(words)])
+    body = [*exports(environment(plan, n, options)), launch_line(words)]
+    text = bash_script(header(plan, n, 'Hugging Face Trainer'), notes, body)
     return Export(text, 'launch_hf.sh', tuple(notes))

@@ -115,6 +115,8 @@ def plan_variables(plan: PlanFile, n: BatchNumbers) -> dict[str, object]:
         'BATCHFIT_SEQUENCE_PARALLEL': int(bool(c.sequence_parallel and c.tp > 1)),
         'BATCHFIT_MICRO_BATCH': n.micro_batch, 'BATCHFIT_GRAD_ACCUM': n.grad_accum,
         'BATCHFIT_GLOBAL_BATCH': n.global_batch, 'BATCHFIT_SEQ_LEN': plan.targets.seq_len}
+    if c.dp_replicate > 1:  # HSDP: the script builds a (replicate, shard) mesh
+        out['BATCHFIT_DP_REPLICATE'] = c.dp_replicate
     if plan.guidance.learning_rate is not None:
         out['BATCHFIT_LR'] = learning_rate(plan)
     if plan.guidance.warmup_steps is not None:

@@ -14,6 +14,7 @@ from planner.export.base import (
     Export,
     ExportOptions,
     header,
+    hybrid_shard_sizes,
     learning_rate,
     lora_notes,
     precision_kind,
@@ -50,6 +51,14 @@ def trainer_settings(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
         strategy = {'class_path': 'lightning.pytorch.strategies.FSDPStrategy',
                     'init_args': {'sharding_strategy': 'FULL_SHARD' if c.zero == 3
                                   else 'SHARD_GRAD_OP'}}
+    hsdp = hybrid_shard_sizes(plan, n, backend, fmt)
+    if hsdp is not None:
+        # HSDP: FSDP's hybrid strategies over a (replication size, sharding size) mesh
+        # (Lightning-AI/pytorch-lightning src/lightning/pytorch/strategies/fsdp.py
+        # device_mesh; pytorch/pytorch torch/distributed/fsdp/api.py ShardingStrategy)
+        strategy['init_args'] = {
+            'sharding_strategy': 'HYBRID_SHARD' if c.zero == 3 else '_HYBRID_SHARD_ZERO2',
+            'device_mesh': list(hsdp)}
     trainer: dict[str, Any] = {
         'accelerator': 'gpu', 'devices': n.gpus_per_node, 'num_nodes': n.nodes,
         'strategy': strategy, 'precision': PRECISIONS[kind],

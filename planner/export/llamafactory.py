@@ -14,8 +14,14 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from planner.export.base import Export, ExportOptions, header, lora_modules, precision_kind
-from planner.export.hf import training_arguments
+from planner.export.base import (
+    Export,
+    ExportOptions,
+    header,
+    lora_modules,
+    precision_kind,
+)
+from planner.export.hf import environment, training_arguments
 from planner.export.launch import master_addr_word, node_rank_ref
 from planner.export.shell import comments
 from planner.export.textfmt import yaml_lines
@@ -76,11 +82,15 @@ def lora_keys(plan: PlanFile) -> dict[str, Any]:
     return keys
 
 
-def launch_text(n: BatchNumbers, options: ExportOptions) -> str:
-    """The ``llamafactory-cli`` line, with the variables its launcher reads."""
+def launch_text(n: BatchNumbers, options: ExportOptions,
+                hsdp: dict[str, object] | None = None) -> str:
+    """The ``llamafactory-cli`` line, with the variables its launcher reads (and
+    ``hsdp``'s, which it hands on to torchrun: llamafactory/launcher.py copies
+    ``os.environ``)."""
     if n.nodes == 1 and n.gpus_per_node == 1:
         return 'llamafactory-cli train llamafactory.yaml'
     env = [f'FORCE_TORCHRUN=1 NNODES={n.nodes} NPROC_PER_NODE={n.gpus_per_node}']
+    env += [f'{name}={value}' for name, value in (hsdp or {}).items()]
     if n.nodes > 1:
         env.append(f'NODE_RANK={node_rank_ref(n.nodes)} MASTER_ADDR={master_addr_word(options)} '
                    f'MASTER_PORT={options.master_port}')
@@ -90,8 +100,9 @@ def launch_text(n: BatchNumbers, options: ExportOptions) -> str:
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     """The YAML with the launch in a comment."""
     config, notes = llamafactory_config(plan, n, options)
+    launch = launch_text(n, options, environment(plan, n, options, 'llamafactory'))
     lines = [*comments(header(plan, n, 'LLaMA-Factory')),
-             *comments([f'Launch: {launch_text(n, options)}']),
+             *comments([f'Launch: {launch}']),
              *comments(f'NOTE: {note}' for note in notes),
              *yaml_lines(config)]
     return Export('\n'.join(lines) + '\n', 'llamafactory.yaml', tuple(notes))

@@ -20,6 +20,7 @@ from planner.export.base import (
     precision_kind,
     refuse,
     refuse_empty_stages,
+    refuse_hybrid_shard,
     refuse_lora,
     stage_layers,
 )
@@ -53,6 +54,7 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
     notes: list[str] = []
     refuse_lora(plan, 'megatron', 'Megatron-LM')
     refuse_empty_stages(plan, 'megatron')
+    refuse_hybrid_shard(plan, 'megatron')
     if c.zero > 1:
         raise refuse('megatron', f'ZeRO {c.zero} shards gradients or parameters; Megatron\'s '
                      'distributed optimizer shards only the optimizer states (ZeRO-1), so the '

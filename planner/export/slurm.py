@@ -65,6 +65,7 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     if kind == 'hf':
         args, notes = hf.training_arguments(plan, n, options, fmt='slurm --payload hf')
         program = script_words(options.script_or('train.py')) + hf.argv(args)
+        env = hf.environment(plan, n, options, fmt='slurm --payload hf')
     elif kind == 'megatron':
         margs, notes = megatron.megatron_arguments(plan, n)
         env = megatron.environment(plan)

@@ -142,12 +142,14 @@ class PlanMode:
         precision: the recipe its candidates train with.
         zero_stages: the ZeRO stages of this mode the request allows.
         recompute_modes: the recompute modes of this stack the request allows.
+        hybrid_shard_stages: those of ``zero_stages`` whose FSDP also runs as HSDP.
     """
 
     stack: str
     precision: str
     zero_stages: tuple[int, ...]
     recompute_modes: tuple[str, ...]
+    hybrid_shard_stages: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -339,8 +341,9 @@ class PlanRequest:
             for mode in stack.modes_for(self.lora is not None, self.precision):
                 zeros = tuple(z for z in mode.zero_stages
                               if z in self.zero_stages and not (int8 and z == 3))
+                hybrid = tuple(z for z in zeros if mode.hybrid_shard and z >= 2)
                 if zeros:
-                    out.append(PlanMode(stack.key, mode.precision, zeros, recompute))
+                    out.append(PlanMode(stack.key, mode.precision, zeros, recompute, hybrid))
         # one entry per (stack, recipe): modes that share both are scored together
         merged: dict[tuple[str, str], PlanMode] = {}
         for m in out:
@@ -348,7 +351,8 @@ class PlanRequest:
             if key in merged:
                 prev = merged[key]
                 m = PlanMode(m.stack, m.precision,
-                             tuple(sorted({*prev.zero_stages, *m.zero_stages})), m.recompute_modes)
+                             tuple(sorted({*prev.zero_stages, *m.zero_stages})), m.recompute_modes,
+                             tuple(sorted({*prev.hybrid_shard_stages, *m.hybrid_shard_stages})))
             merged[key] = m
         return tuple(merged.values())
 

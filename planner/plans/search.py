@@ -343,18 +343,20 @@ def _enumerate_mode(req: PlanRequest, code: int, mode: PlanMode, batch_samples: 
                           sequence_parallel=np.full(il.size, req.limits.sequence_parallel
                                                     and stack.sequence_parallel),
                           ep=ep[ie], etp=etp[ie], mode=np.full(il.size, code))
-    return _with_hybrid_shards(layout) if stack.hybrid_shard else layout
+    hybrid = mode.hybrid_shard_stages
+    return _with_hybrid_shards(layout, np.asarray(hybrid)) if hybrid else layout
 
 
-def _with_hybrid_shards(lay: LayoutArrays) -> LayoutArrays:
-    """``lay`` and, for its FSDP rows (ZeRO 2-3, no EP) whose dp x cp ranks span several
-    nodes, the same rows as HSDP with one node's ranks per shard group: FSDP's
-    collectives stay on NVLink and only the sharded gradients cross the network."""
+def _with_hybrid_shards(lay: LayoutArrays, zeros: np.ndarray) -> LayoutArrays:
+    """``lay`` and, for its FSDP rows (ZeRO stage in ``zeros``, the mode's HSDP stages;
+    no EP) whose dp x cp ranks span several nodes, the same rows as HSDP with one node's
+    ranks per shard group: FSDP's collectives stay on NVLink and only the sharded
+    gradients cross the network."""
     # the dp x cp ranks on one node (PP outermost)
     per_node = np.maximum(lay.gpus_per_node // lay.tp, 1)
     dp_cp = lay.dp * lay.cp
     replicas = dp_cp // per_node
-    ok = ((lay.zero >= 2) & (lay.ep == 1) & (lay.gpus_per_node % lay.tp == 0)
+    ok = (np.isin(lay.zero, zeros) & (lay.ep == 1) & (lay.gpus_per_node % lay.tp == 0)
           & (dp_cp % per_node == 0) & (replicas > 1) & (lay.dp % np.maximum(replicas, 1) == 0))
     rows = np.flatnonzero(ok)
     if not rows.size:

@@ -7,8 +7,8 @@
   ``native_amp``; src/accelerate/utils/dataclasses.py ``set_mixed_precision``): fp32
   sharded weights, a bf16 all-gather, no autocast weight copies (autocast caches only fp32
   leaves: pytorch/pytorch aten/src/ATen/autocast_mode.cpp ``cached_cast``). FSDP has no
-  ZeRO-1. Whole-layer gradient checkpointing only. No PP/TP/CP. LoRA/QLoRA (PEFT) lives
-  here.
+  ZeRO-1. HSDP (``--dp-replicate``) with FSDP2 through accelerate's ParallelismConfig.
+  Whole-layer gradient checkpointing only. No PP/TP/CP. LoRA/QLoRA (PEFT) lives here.
 * ``hf-deepspeed``: the Trainer with DeepSpeed ZeRO 0-3. DeepSpeed casts the module to
   bf16 and switches autocast off (deepspeedai/DeepSpeed deepspeed/runtime/engine.py);
   fp32 master and Adam states sharded by ZeRO-1+; with ``grad_accum_dtype: fp32``
@@ -48,14 +48,26 @@ from planner.errors import InputError
 from planner.stacks.spec import Stack, StackMode
 
 _DDP = StackMode('ddp', (0,), 'amp-bf16', 'DDP under torch.autocast(bf16) over fp32 weights')
+# HSDP: accelerate's ParallelismConfig(dp_replicate_size, dp_shard_size) builds a
+# ("dp_replicate", "dp_shard") mesh and fsdp2_prepare_model hands fully_shard its
+# ("dp_replicate", "dp_shard_cp") part: states sharded over dp_shard, replicated over
+# dp_replicate (huggingface/accelerate src/accelerate/parallelism_config.py
+# fsdp_dim_names; src/accelerate/utils/fsdp_utils.py fsdp2_prepare_model). Only with FSDP2:
+# `accelerate launch` refuses the parallelism config without --use_fsdp --fsdp_version 2
+# (src/accelerate/commands/launch.py _validate_launch_command); reshard_after_forward
+# (ZeRO-3) or not (ZeRO-2) both pass to fully_shard unchanged.
 _FSDP_HF = StackMode('fsdp', (2, 3), 'fsdp-bf16', 'FSDP2 through accelerate: fp32 shards, '
-                     'bf16 all-gather (ZeRO-3 reshards after forward, ZeRO-2 does not)')
+                     'bf16 all-gather (ZeRO-3 reshards after forward, ZeRO-2 does not)',
+                     hybrid_shard=True)
 _LORA = StackMode('peft', (0, 1, 2, 3), 'amp-bf16', 'PEFT adapters (fp32) on a frozen base '
                   'under torch.autocast, with DDP, DeepSpeed ZeRO or FSDP')
 _DS = StackMode('zero', (0, 1, 2, 3), 'ds-bf16', 'DeepSpeed ZeRO: bf16 module, fp32 master '
                 'and states')
+# HSDP: data_parallel_replicate_degree x data_parallel_shard_degree, FSDP over the
+# ("dp_replicate", "fsdp") mesh (pytorch/torchtitan torchtitan/config/job_config.py;
+# torchtitan/models/llama3/infra/parallelize.py apply_fsdp)
 _FSDP_TITAN = StackMode('fsdp', (2, 3), 'fsdp-bf16', 'FSDP2 MixedPrecisionPolicy(param bf16, '
-                        'reduce fp32)')
+                        'reduce fp32)', hybrid_shard=True)
 _DDP_TITAN = StackMode('ddp', (0,), 'amp-bf16', 'replicate (DDP) under torch.autocast, only '
                        'without TP/PP/CP')
 _MEGATRON = StackMode('distributed-optimizer', (0, 1), 'bf16-mixed', 'bf16 weights, fp32 '
@@ -78,6 +90,12 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           modes=(_DS,), precisions=('ds-bf16', 'fp16-mixed'),
           recompute={'none': 'off', 'full': 'gradient checkpointing (whole layers)'},
           kernels='hf', loss='hf', ddp_buckets=True, zero_buckets=True, user_loop=True,
+          # DeepSpeed 0.19 rejects MiCS's mics_shard_size (deepspeed/runtime/config.py);
+          # ZeRO++ hpZ (zero_hpz_partition_size) adds a secondary weight copy per node and
+          # keeps gradients and optimizer states sharded over every rank: not HSDP
+          # (deepspeed/runtime/zero/config.py)
+          no_hybrid_shard='DeepSpeed removed MiCS; ZeRO++ hpZ keeps optimizer states '
+          'sharded over every rank',
           launchers=('deepspeed', 'hf', 'accelerate', 'slurm'),
           sources=('deepspeedai/DeepSpeed deepspeed/runtime/engine.py',
                    'deepspeedai/DeepSpeed deepspeed/runtime/bf16_optimizer.py')),
@@ -95,10 +113,6 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           kernels='hf', loss='hf', tensor_parallel=True, pipeline_parallel=True,
           virtual_stages=True, context_parallel=True, expert_parallel=True,
           sequence_parallel=True, zero_with_pp=(2, 3), zero0_with_split=False,
-          # HSDP: data_parallel_replicate_degree x data_parallel_shard_degree, FSDP over
-          # the ("dp_replicate", "fsdp") mesh (torchtitan/config/job_config.py;
-          # torchtitan/models/llama3/infra/parallelize.py apply_fsdp)
-          hybrid_shard=True,
           fsdp_unsharded_accumulation='pipeline', ddp_buckets=True,
           # torchtitan benchmarks/llama3_h100_202412_torchtitan.md reports reserved memory;
           # the reserve over the tensor peak was fitted on its Table 3 (Llama-3.1-8B, FSDP

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.errors import InputError
 
@@ -26,12 +26,15 @@ class StackMode:
             ZeRO-3, reshard never ZeRO-2).
         precision: the ``planner.memory.recipes.RECIPES`` key this mode trains with.
         description: in words.
+        hybrid_shard: HSDP: this mode's FSDP (its ZeRO 2-3) also runs within a shard
+            group, replicated across groups (``--dp-replicate``).
     """
 
     name: str
     zero_stages: tuple[int, ...]
     precision: str
     description: str
+    hybrid_shard: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ class Stack:
             expert_parallel, sequence_parallel: the layout axes the stack runs.
         expert_tensor_parallel: experts may run whole (expert tensor parallelism 1) with
             EP folded out of tp x dp x cp, besides split over the TP ranks.
-        hybrid_shard: HSDP: FSDP within a shard group, replicated across groups.
+        no_hybrid_shard: why no mode runs HSDP (``StackMode.hybrid_shard``), in words
+            a refusal quotes.
         zero_with_pp: ZeRO stages allowed together with a pipeline.
         zero0_with_split: whether ZeRO-0 (replicated) composes with TP/PP/CP
             (torchtitan's replicate-only DDP does not).
@@ -106,8 +110,8 @@ class Stack:
     context_parallel: bool = False
     expert_parallel: bool = False
     expert_tensor_parallel: bool = False
-    hybrid_shard: bool = False
     sequence_parallel: bool = False
+    no_hybrid_shard: str = ''
     zero_with_pp: tuple[int, ...] = ()
     zero0_with_split: bool = True
     persistent_grad_buffer: bool = False
@@ -140,9 +144,18 @@ class Stack:
             return modes
         alias = self.precision_aliases.get(precision)
         if alias is not None:
-            return tuple(StackMode(m.name, m.zero_stages, alias[m.name], m.description)
-                         for m in modes if m.name in alias)
-        return tuple(StackMode(m.name, m.zero_stages, precision, m.description) for m in modes)
+            return tuple(replace(m, precision=alias[m.name]) for m in modes if m.name in alias)
+        return tuple(replace(m, precision=precision) for m in modes)
+
+    def hybrid_shard_stages(self, lora: bool = False) -> tuple[int, ...]:
+        """The ZeRO stages (2-3) whose mode runs HSDP, ascending (empty: no HSDP)."""
+        return tuple(sorted({z for m in (self.lora_modes if lora else self.modes)
+                             if m.hybrid_shard for z in m.zero_stages if z >= 2}))
+
+    @property
+    def hybrid_shard(self) -> bool:
+        """Whether some mode of this stack runs HSDP."""
+        return bool(self.hybrid_shard_stages())
 
     def recipe_of(self, precision: str, zero: int | None = None) -> str:
         """The recipe a ``--precision`` word names in this stack (its alias for the mode
@@ -209,10 +222,16 @@ class Stack:
                                  f'{k} ({v})' for k, v in self.recompute.items()))
 
     def check_layout(self, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1,
-                     ep: int = 1, zero: int = 0, etp: int = 0, dp_replicate: int = 1) -> None:
+                     ep: int = 1, zero: int = 0, etp: int = 0, dp_replicate: int = 1,
+                     lora: bool = False) -> None:
         """Raise InputError when this stack does not run the layout (``etp`` 0: as TP)."""
-        if dp_replicate > 1 and not self.hybrid_shard:
-            raise InputError('--dp-replicate', f'the {self.key} stack has no HSDP', '1')
+        hybrid = self.hybrid_shard_stages(lora)
+        if dp_replicate > 1 and zero not in hybrid:
+            why = (f' with ZeRO {zero}' + (' under LoRA' if lora else '') if self.hybrid_shard
+                   else f' ({self.no_hybrid_shard})' if self.no_hybrid_shard else '')
+            raise InputError('--dp-replicate', f'the {self.key} stack has no HSDP{why}',
+                             '1' + (f', or --zero {" or ".join(map(str, hybrid))}'
+                                    if hybrid else ''))
         if etp and etp != tp and not self.expert_tensor_parallel:
             raise InputError('--etp', f'the {self.key} stack splits each expert over the TP '
                              'ranks', f'{tp} (the TP size), or --framework megatron')

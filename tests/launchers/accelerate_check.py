@@ -38,3 +38,25 @@ def accelerate_launch(argv: list[str], hf_home: str):
             ['--training_script', args.training_script,
              '--training_script_args', args.training_script_args])
     return torchrun_args, env, config
+
+
+def parallelism_config(env: dict[str, str], world_size: int, fsdp_version: int = 2):
+    """The ``ParallelismConfig`` accelerate's ``Accelerator`` builds from ``env`` (it reads
+    the ``PARALLELISM_CONFIG_*`` variables when ``ACCELERATE_USE_PARALLELISM_CONFIG`` is
+    true and no config is passed: src/accelerate/accelerator.py), checked against a
+    ``world_size``-process FSDP run as ``Accelerator.__init__`` checks it
+    (``_validate_accelerator``: the sizes multiply to the world, FSDP2 has a shard
+    dimension)."""
+    from types import SimpleNamespace
+
+    from accelerate import ParallelismConfig
+    from accelerate.utils import DistributedType
+
+    assert env['ACCELERATE_USE_PARALLELISM_CONFIG'] == 'true'
+    with mock.patch.dict(os.environ, env):
+        config = ParallelismConfig()
+    accelerator = SimpleNamespace(multi_device=True, num_processes=world_size,
+                                  is_fsdp2=fsdp_version == 2, is_main_process=True,
+                                  distributed_type=DistributedType.FSDP)
+    config._validate_accelerator(accelerator)
+    return config

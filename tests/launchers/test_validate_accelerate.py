@@ -6,11 +6,11 @@ import pytest
 
 from planner.export import ExportOptions, export_plan
 from planner.memory.training import LoraSpec
-from tests.export_helpers import make_plan, recorded_argv, run_script
+from tests.export_helpers import hsdp_plan, make_plan, recorded_argv, run_script
 
 pytest.importorskip('accelerate')
 
-from tests.launchers.accelerate_check import accelerate_launch
+from tests.launchers.accelerate_check import accelerate_launch, parallelism_config
 
 
 def launched(tmp_path, text, rank='1'):
@@ -98,3 +98,41 @@ def test_lora_plan_launches(tmp_path, zero, sharding):
     assert config.num_processes == 16
     assert torchrun_launch(args).nproc_per_node == 8
     assert env['ACCELERATE_MIXED_PRECISION'] == 'bf16'
+
+
+@pytest.mark.parametrize('zero', [2, 3])
+def test_hsdp_plan_launches_as_accelerate_parallelism_config(tmp_path, zero):
+    """An hf HSDP plan: the config YAML's parallelism_config keys go through accelerate's
+    own launch parser into the PARALLELISM_CONFIG_* variables, from which its
+    ParallelismConfig has dp_replicate x dp_shard = the plan's DP, and FSDP2 shards over
+    dp_shard: the group the memory model sharded the states over."""
+    plan = hsdp_plan(zero=zero)
+    c = plan.candidate
+    exported = export_plan(plan, 'accelerate')
+    _, env, config = launched(tmp_path, exported.text)
+    assert config.distributed_type == 'FSDP'
+    assert config.fsdp_config['fsdp_version'] == 2
+    assert env['FSDP_VERSION'] == '2'
+    assert env['FSDP_RESHARD_AFTER_FORWARD'] == str(zero == 3).lower()
+    parallel = parallelism_config(env, world_size=c.gpus)
+    assert parallel.dp_replicate_size == c.dp_replicate > 1
+    assert parallel.dp_replicate_size * parallel.dp_shard_size == c.dp
+    # fsdp2_prepare_model shards over these mesh dimensions (fsdp_utils.py)
+    assert parallel.fsdp_dim_names == ['dp_replicate', 'dp_shard_cp']
+    # the memory model's AdamW states (fp32 m and v, 8 bytes a parameter) over the group
+    states = c.estimates['memory']['components']['optimizer_states']
+    assert 8 * plan.model.spec.total_params() / states == pytest.approx(parallel.dp_shard_size)
+
+
+def test_hsdp_needs_fsdp():
+    """A plan file can say HSDP where accelerate cannot run it (DeepSpeed, DDP): refused."""
+    import dataclasses
+
+    from planner.errors import InputError
+
+    plan = make_plan(nodes=2, zero=2, global_batch=256, framework='hf-deepspeed')
+    plan = dataclasses.replace(plan, candidate=dataclasses.replace(plan.candidate,
+                                                                   dp_replicate=2))
+    for fmt in ('accelerate', 'hf', 'deepspeed'):
+        with pytest.raises(InputError, match='HSDP'):
+            export_plan(plan, fmt)

@@ -6,7 +6,8 @@ import pytest
 
 from planner.export import ExportOptions, export_plan
 from planner.memory.training import LoraSpec
-from tests.export_helpers import make_plan, recorded_argv, run_script
+from tests.export_helpers import hsdp_plan, make_plan, recorded_argv, recorded_env, run_script
+from tests.launchers.accelerate_check import parallelism_config
 from tests.launchers.torchrun_check import check_launch
 
 pytest.importorskip('transformers')
@@ -104,3 +105,21 @@ def test_lora_plan_arguments_still_parse(tmp_path, zero, lora):
         ds = resolved_deepspeed_config(args, c.dp, plan.model.spec.hidden_size, plan.steps)
         assert ds['zero_optimization']['stage'] == zero
         deepspeed_config(ds, dp=c.dp)
+
+
+@pytest.mark.parametrize('zero', [2, 3])
+def test_hsdp_plan_reaches_the_trainers_accelerator(tmp_path, zero):
+    """HSDP has no TrainingArguments flag: the script exports accelerate's variables, and
+    with no parallelism_config argument the Trainer's Accelerator builds its
+    ParallelismConfig from them: dp_replicate x dp_shard = the plan's DP, under FSDP2."""
+    plan = hsdp_plan(zero=zero)
+    c = plan.candidate
+    run_script(export_plan(plan, 'hf').text, tmp_path, {'NODE_RANK': '0', 'MASTER_ADDR': 'h'})
+    args = training_arguments(script_argv(tmp_path, c.nodes, c.gpus_per_node))
+    assert args.fsdp
+    assert args.fsdp_config['version'] == 2
+    assert args.fsdp_config['reshard_after_forward'] is (zero == 3)
+    assert args.parallelism_config is None  # else the Trainer passes its own (trainer.py)
+    parallel = parallelism_config(recorded_env(tmp_path, 'torchrun'), world_size=c.gpus)
+    assert (parallel.dp_replicate_size, parallel.dp_shard_size) == (
+        c.dp_replicate, c.dp // c.dp_replicate)

@@ -9,7 +9,7 @@ import pytest
 
 from planner.export import ExportOptions, export_plan
 from planner.memory.training import LoraSpec
-from tests.export_helpers import make_plan
+from tests.export_helpers import hsdp_plan, make_plan
 
 pytest.importorskip('lightning')
 yaml = pytest.importorskip('yaml')
@@ -92,3 +92,21 @@ def test_lora_plan_trainer_accepts_settings():
     trainer = trainer_from(exported.text)
     assert trainer.world_size == 16
     assert trainer.accumulate_grad_batches == plan.candidate.grad_accum
+
+
+@pytest.mark.parametrize('zero', [2, 3])
+def test_hsdp_plan_is_fsdp_hybrid_shard_over_the_replica_mesh(zero):
+    """Lightning's FSDPStrategy runs HSDP as FSDP's hybrid strategies over a
+    (replication size, sharding size) device_mesh (LightningCLI reads the YAML list as
+    the tuple the annotation asks for)."""
+    from torch.distributed.fsdp import ShardingStrategy
+
+    plan = hsdp_plan(zero=zero)
+    c = plan.candidate
+    strategy = trainer_from(export_plan(plan, 'lightning').text).strategy
+    assert type(strategy).__name__ == 'FSDPStrategy'
+    assert strategy.sharding_strategy == (ShardingStrategy.HYBRID_SHARD if zero == 3
+                                          else ShardingStrategy._HYBRID_SHARD_ZERO2)
+    replicas, shard = tuple(strategy.kwargs['device_mesh'])
+    assert (replicas, shard) == (c.dp_replicate, c.dp // c.dp_replicate)
+    assert replicas * shard == strategy.world_size

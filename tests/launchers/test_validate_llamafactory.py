@@ -15,7 +15,7 @@ import pytest
 
 from planner.export import ExportOptions, export_plan
 from planner.memory.training import LoraSpec
-from tests.export_helpers import make_plan
+from tests.export_helpers import hsdp_plan, make_plan, recorded_env, run_script
 
 os.environ.setdefault('DISABLE_VERSION_CHECK', '1')
 pytest.importorskip('llamafactory')
@@ -99,3 +99,22 @@ def test_quantization_without_lora_would_be_caught():
     text = export_plan(plan, 'llamafactory').text + 'quantization_bit: 4\n'
     with pytest.raises(ValueError, match='only compatible with the LoRA'):
         verify(parse(text))
+
+
+def test_hsdp_plan_launch_exports_the_parallelism_config(tmp_path):
+    """LLaMA-Factory runs the HF Trainer under torchrun with its own environment
+    (llamafactory/launcher.py copies os.environ): the launch line carries accelerate's
+    ParallelismConfig variables, and the YAML FSDP2."""
+    from tests.launchers.accelerate_check import parallelism_config
+
+    plan = hsdp_plan()
+    c = plan.candidate
+    text = export_plan(plan, 'llamafactory').text
+    _, _, training, _, _ = parse(text)
+    assert training.fsdp_config['version'] == 2
+    launch = next(line for line in text.splitlines() if line.startswith('# Launch: '))
+    run_script(launch.removeprefix('# Launch: '), tmp_path, {'MASTER_ADDR': 'h', 'NODE_RANK': '0'})
+    env = recorded_env(tmp_path, 'llamafactory-cli')
+    parallel = parallelism_config(env, world_size=c.gpus)
+    assert (parallel.dp_replicate_size, parallel.dp_shard_size) == (
+        c.dp_replicate, c.dp // c.dp_replicate)

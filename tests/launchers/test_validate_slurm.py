@@ -15,7 +15,14 @@ import pytest
 
 from planner.export import ExportOptions, export_plan
 from planner.memory.training import LoraSpec
-from tests.export_helpers import make_plan, recorded_argv, recorded_env, renamed, run_script
+from tests.export_helpers import (
+    hsdp_plan,
+    make_plan,
+    recorded_argv,
+    recorded_env,
+    renamed,
+    run_script,
+)
 from tests.launchers.torchrun_check import check_launch
 
 SLURM_CONF = """ClusterName=batchfit-test
@@ -100,3 +107,25 @@ def test_lora_plan_sbatch_and_srun(tmp_path, payload):
     run_script(text, tmp_path, {'SLURM_JOB_ID': '7', 'SLURM_NNODES': '2',
                                 'SLURM_JOB_NODELIST': 'gpu-node-[007-008]'})
     check_launch(recorded_argv(tmp_path, 'torchrun'), 2, 8)
+
+
+@pytest.mark.parametrize('payload', ['hf', 'torchrun'])
+def test_hsdp_plan_sbatch_exports_the_replicas(tmp_path, payload):
+    """An HSDP plan under srun: the Trainer payload gets accelerate's ParallelismConfig
+    variables, a plain script BATCHFIT_DP_REPLICATE."""
+    plan = hsdp_plan()
+    c = plan.candidate
+    text = export_plan(plan, 'slurm', ExportOptions(payload=payload)).text
+    run_script(text, tmp_path, {'SLURM_JOB_ID': '4242', 'SLURM_NNODES': str(c.nodes),
+                                'SLURM_JOB_NODELIST': 'gpu-node-[001-004]'})
+    env = recorded_env(tmp_path, 'torchrun')
+    if payload == 'hf':
+        pytest.importorskip('accelerate')
+        from tests.launchers.accelerate_check import parallelism_config
+
+        parallel = parallelism_config(env, world_size=c.gpus)
+        assert parallel.dp_replicate_size * parallel.dp_shard_size == c.dp
+        assert parallel.dp_replicate_size == c.dp_replicate
+    else:
+        assert env['BATCHFIT_DP_REPLICATE'] == str(c.dp_replicate)
+        assert 'PARALLELISM_CONFIG_DP_REPLICATE_SIZE' not in env

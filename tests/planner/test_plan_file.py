@@ -28,7 +28,7 @@ from planner.plans.request import LayoutLimits
 from planner.plans.search import search
 from planner.timing.efficiency import CalibrationProfile
 from tests.cli_helpers import run_cli
-from tests.export_helpers import make_plan
+from tests.export_helpers import hsdp_plan, make_plan
 
 DATA = Path(__file__).parent / 'data'
 
@@ -64,6 +64,20 @@ def test_round_trip(tmp_path, plan):
                          'guidance_inputs', 'guidance', 'candidate', 'calibration']
     assert read_plan(path) == plan
     assert not [p for p in tmp_path.iterdir() if p.name != 'plan.json']  # no temp left
+
+
+def test_hf_hsdp_plan_round_trips(tmp_path):
+    """An hf HSDP plan keeps its replicas through the file, and exports the same."""
+    plan = hsdp_plan(framework='hf')
+    path = tmp_path / 'plan.json'
+    write_plan(path, plan)
+    doc = json.loads(path.read_text())
+    assert doc['candidate']['framework'] == 'hf'
+    assert doc['candidate']['dp_replicate'] == plan.candidate.dp_replicate > 1
+    again = read_plan(path)
+    assert again == plan
+    for fmt in ('accelerate', 'hf'):
+        assert export_plan(again, fmt).text == export_plan(plan, fmt).text
 
 
 def test_plan_holds_the_whole_input(plan):

@@ -34,7 +34,8 @@ def _request(model='llama-3.2-1b', nodes=2, batch=64, seq_len=2048, **kw) -> Pla
 
 def _legal(stack, c) -> None:
     """``c`` is a layout, ZeRO stage, recompute mode and recipe ``stack`` runs."""
-    stack.check_layout(tp=c.tp, pp=c.pp, vpp=c.vpp, cp=c.cp, ep=c.ep, zero=c.zero)
+    stack.check_layout(tp=c.tp, pp=c.pp, vpp=c.vpp, cp=c.cp, ep=c.ep, zero=c.zero,
+                       dp_replicate=c.dp_replicate)
     assert c.recompute in stack.recompute
     assert any(c.zero in m.zero_stages and c.precision == m.precision for m in stack.modes)
     if c.tp > 1:
@@ -324,6 +325,54 @@ def test_megatron_folds_expert_parallelism_out_of_tensor_parallelism(capsys, tmp
                            '3', '--framework', 'torchtitan')
     assert code == 2
     assert '--etp' in err
+
+
+def test_hf_runs_hsdp_with_fsdp2_only(capsys):
+    """The hf stack's FSDP2 mode runs HSDP (accelerate's ParallelismConfig): the search
+    adds HSDP rows for its ZeRO 2-3 only (not DDP, not under LoRA, where ZeRO 2-3 may be
+    DeepSpeed), hf-deepspeed never; estimate --dp-replicate works for hf ZeRO 2-3 and is
+    refused (exit 2, naming the stack and what is allowed) elsewhere."""
+    from planner.memory.training import LoraSpec
+    from tests.cli_helpers import run_cli
+
+    assert STACKS['hf'].hybrid_shard_stages() == (2, 3)
+    assert STACKS['hf'].hybrid_shard_stages(lora=True) == ()
+    assert STACKS['torchtitan'].hybrid_shard_stages() == (2, 3)
+    assert not any(STACKS[k].hybrid_shard for k in ('hf-deepspeed', 'megatron', 'deepspeed'))
+    lay = search(_request('llama-3.1-8b', nodes=4, batch=128, framework='hf')).layout
+    replicas = np.asarray(lay.dp_replicate)
+    assert replicas.max() > 1
+    assert set(np.unique(np.asarray(lay.zero)[replicas > 1])) == {2, 3}
+    # every HSDP row is an FSDP row of the same layout with one node per shard group
+    shard = lay.dp * lay.cp // replicas
+    assert np.all(shard[replicas > 1] == 8)
+    # the precision override merges DDP and FSDP into one scored mode: still FSDP rows only
+    lay = search(_request('llama-3.1-8b', nodes=4, batch=128, framework='hf',
+                          precision='amp-bf16')).layout
+    assert np.all(np.asarray(lay.zero)[np.asarray(lay.dp_replicate) > 1] >= 2)
+    for kw in ({'framework': 'hf-deepspeed'},
+               {'framework': 'hf', 'lora': LoraSpec(16, ('q', 'v'))}):
+        lay = search(_request('llama-3.1-8b', nodes=4, batch=128, **kw)).layout
+        assert np.asarray(lay.dp_replicate).max() == 1, kw
+    one = ('estimate', '--model', 'llama-3.1-8b', '--seq-len', '4096', '--micro-batch', '1',
+           '--gpus-per-node', '8', '--framework', 'hf', '--zero', '3')
+    code, hsdp_text, _ = run_cli(capsys, *one, '--nodes', '4', '--dp-replicate', '4')
+    code8, fsdp_text, _ = run_cli(capsys, *one, '--nodes', '1')
+    assert code == code8 == 0
+    # the same model states per GPU as plain FSDP2 on the 8 GPUs of one shard group
+    lines = [line for line in hsdp_text.splitlines() if 'optimizer states' in line]
+    assert lines
+    assert lines == [line for line in fsdp_text.splitlines() if 'optimizer states' in line]
+    base = ('estimate', '--model', 'llama-3.1-8b', '--seq-len', '4096', '--micro-batch', '1',
+            '--nodes', '4', '--gpus-per-node', '8', '--dp-replicate', '4')
+    for args, allowed in ((('--framework', 'hf', '--zero', '0'), '1, or --zero 2 or 3'),
+                          (('--framework', 'hf-deepspeed', '--zero', '3'), '1'),
+                          (('--framework', 'hf', '--zero', '3', '--lora-rank', '16'), '1')):
+        code, _, err = run_cli(capsys, *base, *args)
+        assert code == 2, args
+        assert f'the {args[1]} stack has no HSDP' in err
+        assert f'(allowed: {allowed})' in err
+    assert 'MiCS' in run_cli(capsys, *base, '--framework', 'hf-deepspeed', '--zero', '3')[2]
 
 
 def test_hsdp_shards_within_a_replica_and_all_reduces_across():

@@ -50,8 +50,9 @@ KERNELS = 'torchtitan.models.moe.kernels'
 
 def frameworks_missing(config: StackConfig) -> str:
     """Why ``config`` cannot be measured here (a missing package), or ''."""
-    need = ['torch', 'torchtitan'] if config.wrapping.startswith('fsdp2') else [
-        'torch', 'transformers']
+    need = (['torch', 'torchtitan'] if config.wrapping.startswith('fsdp2')
+            else ['torch', 'transformers', 'accelerate'] if config.wrapping == 'hf-fsdp2'
+            else ['torch', 'transformers'])
     missing = [name for name in need if importlib.util.find_spec(name) is None]
     return f'not installed: {", ".join(missing)}' if missing else ''
 
@@ -184,7 +185,8 @@ def measure(config: StackConfig, *, fake: bool | None = None,
     torch.manual_seed(0)
     mode = FakeTensorMode() if fake else contextlib.nullcontext()
     fix = private_propagation_mode() if fix_propagation else contextlib.nullcontext()
-    run = {'fsdp2': _run_fsdp2, 'fsdp2-pp': _run_fsdp2_pp, 'ddp': _run_ddp}[config.wrapping]
+    run = {'fsdp2': _run_fsdp2, 'fsdp2-pp': _run_fsdp2_pp, 'ddp': _run_ddp,
+           'hf-fsdp2': _run_hf_fsdp2}[config.wrapping]
     with fake_process_group(config.world_size), fix, real_mesh_bookkeeping():
         peak, by_cat, opt_bytes, param_bytes, n_global = run(config, mode)
     return StackMeasurement(peak, by_cat, opt_bytes, param_bytes, n_global,
@@ -392,6 +394,72 @@ def _run_ddp(config: StackConfig, mode):
             for step in range(2):
                 with torch.autocast('cpu', dtype=torch.bfloat16):
                     loss = ddp(input_ids=tokens, labels=tokens).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if step == 0:
+                    tracker.reset_mod_stats()
+        peak, by_cat = _snapshot(tracker)
+        return (peak, by_cat, _state_bytes(optimizer), _local_bytes(model.parameters()),
+                n_global)
+
+
+def _run_hf_fsdp2(config: StackConfig, mode):
+    """transformers' LlamaForCausalLM prepared by accelerate 1.15's own FSDP2 code.
+
+    ``fsdp2_prepare_model`` (huggingface/accelerate src/accelerate/utils/fsdp_utils.py)
+    runs as ``Accelerator.prepare`` calls it for ``mixed_precision="bf16"`` and
+    ``fsdp_version=2``: every decoder layer, the input embedding, the final norm with the
+    head (kept gathered after forward) and the root each ``fully_shard``-ed with the
+    plugin's ``MixedPrecisionPolicy`` (bf16 parameters, reduce and output:
+    ``FullyShardedDataParallelPlugin.set_mixed_precision``, which AcceleratorState calls)
+    over ``ParallelismConfig``'s mesh: with ``replicate`` > 1 its ("dp_replicate",
+    "dp_shard_cp") part, HSDP. Only the accelerator object is a stand-in (the real one
+    wants CUDA for FSDP, src/accelerate/state.py): it carries the real plugin, config and
+    mesh. The forward runs as ``prepare_model`` wraps it for ``native_amp``: under
+    autocast(bf16), outputs converted to fp32 (src/accelerate/accelerator.py;
+    ``convert_outputs_to_fp32``), with CUDA's autocast op list on the CPU as in
+    :func:`_run_ddp`.
+    """
+    from types import SimpleNamespace
+
+    import torch
+    from accelerate import ParallelismConfig
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+    from accelerate.utils.operations import convert_outputs_to_fp32
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tests.groundtruth.measure import CudaAutocastPolicy
+
+    parallel = ParallelismConfig(dp_replicate_size=config.replicate,
+                                 dp_shard_size=config.dp // config.replicate)
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=True,
+                                            auto_wrap_policy='transformer_based_wrap',
+                                            cpu_ram_efficient_loading=False)
+    plugin.set_mixed_precision('bf16')
+    accelerator = SimpleNamespace(
+        state=SimpleNamespace(fsdp_plugin=plugin), parallelism_config=parallel,
+        torch_device_mesh=parallel.build_device_mesh('cpu'), mixed_precision='bf16',
+        is_main_process=True, device=torch.device('cpu'))
+    cfg = LlamaConfig(**{k: v for k, v in SMALL_LLAMA.items() if k != 'model_type'},
+                      attn_implementation='sdpa')
+    with mode:
+        model = LlamaForCausalLM(cfg)
+        n_global = sum(p.numel() for p in model.parameters())
+        model = fsdp2_prepare_model(accelerator, model)
+        # on the instance, as prepare_model does: __call__ still runs FSDP's hooks
+        model.forward = convert_outputs_to_fp32(
+            torch.autocast('cpu', dtype=torch.bfloat16)(model.forward))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        b, s = config.micro_batch, config.seq_len
+        tokens = torch.randint(0, cfg.vocab_size, (b, s))
+        tracker = FSDPMemTracker(model, optimizer)
+        tracker.track_inputs((tokens,))
+        with tracker, CudaAutocastPolicy():
+            for step in range(2):
+                loss = model(input_ids=tokens, labels=tokens).loss
                 loss.backward()
                 optimizer.step()
                 optimizer.zero_grad()

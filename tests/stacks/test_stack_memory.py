@@ -76,6 +76,26 @@ def test_hsdp_shards_over_one_replica_group():
     assert a.optimizer_state_bytes == b.optimizer_state_bytes
 
 
+def test_accelerate_hsdp_shards_over_one_replica_group():
+    """accelerate's fsdp2_prepare_model over ParallelismConfig(dp_replicate_size=2,
+    dp_shard_size=2) shards the fp32 parameters and AdamW states over the 2-rank shard
+    group: what accelerate's plain FSDP2 on 2 ranks holds, to the byte, at the peak too
+    (the same model, wrapping and step on a 1-D mesh)."""
+    import dataclasses
+
+    from tests.stacks.fake_pg import measure
+
+    hsdp = BY_NAME['hf-hsdp-r2-d4']
+    require(hsdp)
+    shard = hsdp.dp // hsdp.replicate
+    a = measured(hsdp.name)
+    b = measure(dataclasses.replace(hsdp, dp=shard, replicate=1))
+    assert a.param_bytes == pytest.approx(4 * a.params_global / shard, rel=1e-3)
+    assert a.optimizer_state_bytes == pytest.approx(2 * a.param_bytes, rel=1e-6)
+    assert a.peak_bytes == b.peak_bytes
+    assert a.peak_by_category == b.peak_by_category
+
+
 def test_pp_keeps_the_stage_parameters_gathered_in_bf16():
     config = BY_NAME['fsdp2-pp2-d2']
     require(config)
@@ -97,7 +117,8 @@ def test_reshard_after_forward_gathers_one_unit_at_a_time():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('name', ['fsdp2-zero3-d2', 'fsdp2-tp2-d2', 'fsdp2-pp2-d2'])
+@pytest.mark.parametrize('name', ['fsdp2-zero3-d2', 'fsdp2-tp2-d2', 'fsdp2-pp2-d2',
+                                  'hf-hsdp-r2-d4'])
 def test_fake_mode_equals_a_real_allocating_run(name):
     config = BY_NAME[name]
     require(config)
