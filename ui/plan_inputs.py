@@ -77,6 +77,7 @@ class PlanInputs:
         compile: the stack's torch.compile switch (torchtitan's ``--compile``).
         async_tp: torchtitan's async TP (``--async-tp``; needs ``compile``).
         overlap_grad_reduce: Megatron's ``--overlap-grad-reduce``.
+        partition_activations: DeepSpeed's ``--partition-activations``.
     """
 
     model: str = 'llama-3.1-8b'
@@ -110,6 +111,7 @@ class PlanInputs:
     compile: bool = False
     async_tp: bool = False
     overlap_grad_reduce: bool = False
+    partition_activations: bool = False
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -150,6 +152,7 @@ def plan_ask(inputs: PlanInputs, top_k: int = 100) -> PlanAsk:
         lora=lora_spec(inputs), loop=inputs.loop, loss=inputs.loss, profile=inputs.profile,
         compile=inputs.compile, async_tp=inputs.async_tp,
         overlap_grad_reduce=inputs.overlap_grad_reduce,
+        partition_activations=inputs.partition_activations,
         guidance=GuidanceInputs(base_lr=inputs.base_lr,
                                 base_batch_samples=inputs.base_batch_samples,
                                 b_noise_tokens=inputs.b_noise_tokens))

@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help='ZeRO stage (= FSDP no-shard / grad-op / full-shard)')
     est.add_argument('--offload', choices=OFFLOAD_MODES, default='none')
     est.add_argument('--recompute', choices=RECOMPUTE_MODES, default='none')
+    est.add_argument('--partition-activations', action='store_true',
+                     help="DeepSpeed's activation checkpointing option: a recomputed layer's "
+                          'input split over the TP ranks (the deepspeed stack)')
     add_memory_option_args(est)
     add_profile_arg(est)  # --profile PATH|auto|none
     est.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -110,7 +113,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         etp=args.etp, dp_replicate=args.dp_replicate, dp=world // per_replica,
         sequence_parallel=args.sequence_parallel,
         recompute=args.recompute, attention=args.attention, framework=stack.key,
-        loss=args.loss, lora=lora, foreach=args.foreach, loop=args.loop)
+        loss=args.loss, lora=lora, foreach=args.foreach, loop=args.loop,
+        partition_activations=args.partition_activations)
     # A profile of this GPU replaces the default overheads with measured ones (the plan's
     # path, memory only).
     calibration = calibration_for(args.profile, args.gpu, args.model, step_time=False,
@@ -144,7 +148,11 @@ def estimate_stack(args: argparse.Namespace, lora: bool):
 
     def check(stack) -> None:
         stack.check(precision=args.precision, zero_stages=(args.zero,),
-                    recompute_modes=(args.recompute,), lora=lora)
+                    recompute_modes=(args.recompute,), lora=lora,
+                    options=('partition_activations',) if args.partition_activations else (),
+                    field_names={'partition_activations_allowed': 'off, or --framework '
+                                 + ' or '.join(s.key for s in STACKS.values()
+                                               if 'partition_activations' in s.options)})
         stack.check_layout(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
                            zero=args.zero, etp=args.etp, dp_replicate=args.dp_replicate,
                            lora=lora)

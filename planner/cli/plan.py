@@ -119,6 +119,10 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument('--overlap-grad-reduce', action='store_true',
                    help="Megatron's --overlap-grad-reduce: the gradient reduce-scatter "
                         'overlaps the backward (off by default, as in Megatron-LM)')
+    p.add_argument('--partition-activations', action='store_true',
+                   help="DeepSpeed's activation checkpointing option: each recomputed "
+                        "layer's input split over the TP ranks, gathered before the layer "
+                        'is recomputed (off by default, as in DeepSpeed)')
     add_profile_arg(p)
     add_save_export_args(p)
     p.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -154,6 +158,7 @@ def ask_from_args(args: argparse.Namespace) -> PlanAsk:
         price_per_gpu_hour_usd=args.price, sort_by=args.sort, top_k=args.top, limits=limits,
         lora=lora, profile=args.profile, compile=args.compile, async_tp=args.async_tp,
         overlap_grad_reduce=args.overlap_grad_reduce,
+        partition_activations=args.partition_activations,
         guidance=guidance_inputs_from_args(args, args.seq_len))
 
 

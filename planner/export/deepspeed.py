@@ -87,7 +87,9 @@ def deepspeed_dict(plan: PlanFile, n: BatchNumbers, fmt: str = 'deepspeed', *,
         notes.append(f'DeepSpeed has no built-in {plan.constraints.optimizer} optimizer '
                      'here: pass your own to deepspeed.initialize(optimizer=...)')
     if c.recompute != 'none':
-        config['activation_checkpointing'] = {'partition_activations': False,
+        # the plan's own choice: its memory and TP traffic were estimated with it
+        partitioned = plan.constraints.partition_activations
+        config['activation_checkpointing'] = {'partition_activations': partitioned,
                                               'contiguous_memory_optimization': False,
                                               'cpu_checkpointing': False}
         notes.append(f'recompute {c.recompute}: the activation_checkpointing block only acts '

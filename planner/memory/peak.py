@@ -106,6 +106,7 @@ class MemoryOptions:
     foreach: bool = True
     zero3_prefetch_layers: int = 1
     loop: str = 'keep-outputs'  # what the training loop holds (model_outputs.py)
+    partition_activations: bool = False  # DeepSpeed: checkpoints split over the TP ranks
 
     @classmethod
     def from_setup(cls, setup: TrainingSetup) -> MemoryOptions:
@@ -113,7 +114,8 @@ class MemoryOptions:
         return cls(precision=setup.precision, optimizer=setup.optimizer,
                    attention=setup.attention, framework=setup.framework,
                    loss=setup.loss_kind, lora=setup.lora, foreach=setup.foreach,
-                   zero3_prefetch_layers=setup.zero3_prefetch_layers, loop=setup.loop)
+                   zero3_prefetch_layers=setup.zero3_prefetch_layers, loop=setup.loop,
+                   partition_activations=setup.partition_activations)
 
 
 @dataclass
@@ -446,7 +448,8 @@ def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions
     stack = STACKS[opts.framework]
     lora = opts.lora if stack.kernels == 'hf' else None
     sp = np.asarray(cfg.sequence_parallel, bool)
-    per_layer = [stack_layer_terms(stack, model, r, opts.attention, mode, lora)
+    per_layer = [stack_layer_terms(stack, model, r, opts.attention, mode, lora,
+                                   opts.partition_activations)
                  .bytes(cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp, sp, model.hidden_size,
                         model.num_heads) for mode in ('none', 'selective', 'full')]
     per_layer.append(0.5 * (per_layer[0] + per_layer[2]))

@@ -31,8 +31,18 @@ LSE_BYTES = 4.0
 
 
 def stack_layer_terms(stack: Stack, m: ModelSpec, r: PrecisionRecipe, attention: str,
-                      recompute: str, lora: LoraSpec | None = None) -> LayerTerms:
-    """One layer's saved bytes as ``stack`` runs it under ``recompute``."""
+                      recompute: str, lora: LoraSpec | None = None,
+                      partition_activations: bool = False) -> LayerTerms:
+    """One layer's saved bytes as ``stack`` runs it under ``recompute``.
+
+    ``partition_activations`` (DeepSpeed's activation checkpointing option): a fully
+    recomputed layer keeps its input split over the TP ranks, whatever sequence
+    parallelism says (deepspeed/runtime/activation_checkpointing/checkpointing.py
+    ``partition_activations``).
+    """
+    if partition_activations and recompute == 'full':
+        full = layer_terms(m, r, attention, recompute, stack.kernels, lora)
+        return replace(full, hidden=0.0, sharded=full.sharded + full.hidden * m.hidden_size)
     if stack.key == 'torchtitan' and recompute == 'selective':
         return torchtitan_op_sac_terms(m, r)
     terms = layer_terms(m, r, attention, recompute, stack.kernels, lora)

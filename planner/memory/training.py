@@ -158,9 +158,16 @@ class TrainingSetup:
     # model output, its logits, through backward and the optimizer step) or 'trainer'
     # (transformers' Trainer and TRL return only the loss from compute_loss).
     loop: str = 'keep-outputs'
+    # DeepSpeed's activation checkpointing with partition_activations: each checkpointed
+    # layer input split over the TP ranks (the deepspeed stack's switch)
+    partition_activations: bool = False
     extra: dict[str, float] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        if self.framework in STACKS and not STACKS[self.framework].sequence_parallel:
+            # a stack without sequence parallelism replicates the norms' activations
+            # over the TP ranks (DeepSpeed's pipeline engine), whatever the flag says
+            object.__setattr__(self, 'sequence_parallel', False)
         if self.precision == '' and self.framework in STACKS:
             # '': the stack's own recipe at this ZeRO stage (``--framework`` implies it)
             object.__setattr__(self, 'precision', STACKS[self.framework].recipe_for(

@@ -119,7 +119,8 @@ class Constraints:
 
     ``lora`` is ``{"rank", "targets", "base_bits"}`` for a LoRA/QLoRA plan, None for full
     training. ``compile`` and ``async_tp`` are torchtitan's switches (off: not asked);
-    ``overlap_grad_reduce`` is Megatron's (optional in the file: absent is off).
+    ``overlap_grad_reduce`` is Megatron's and ``partition_activations`` DeepSpeed's
+    (optional in the file: absent is off).
     """
 
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -141,6 +142,7 @@ class Constraints:
     compile: bool = False
     async_tp: bool = False
     overlap_grad_reduce: bool = False
+    partition_activations: bool = False
 
     @property
     def lora_spec(self) -> LoraSpec | None:
@@ -288,7 +290,8 @@ class PlanFile:
             calibration=calibration,
             overheads=None if c.overheads is None else Overheads(**c.overheads),
             lora=c.lora_spec, compile=c.compile, async_tp=c.async_tp,
-            overlap_grad_reduce=c.overlap_grad_reduce)
+            overlap_grad_reduce=c.overlap_grad_reduce,
+            partition_activations=c.partition_activations)
 
 
 # ---- building a plan from a search -------------------------------------------------------
@@ -376,7 +379,8 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
             else dataclasses.asdict(request.overheads),
             lora=None if request.lora is None else request.lora.to_dict(),
             compile=request.compile, async_tp=request.async_tp,
-            overlap_grad_reduce=request.overlap_grad_reduce),
+            overlap_grad_reduce=request.overlap_grad_reduce,
+            partition_activations=request.partition_activations),
         guidance_inputs=inputs,
         guidance=guidance_record(guidance),
         candidate=chosen_candidate(chosen),
@@ -591,7 +595,8 @@ def _read_constraints(c: Reader) -> Constraints:
         limits=c.mapping('limits', {}) or {}, step_options=c.mapping('step_options', {}) or {},
         overheads=c.mapping('overheads', None), lora=_read_lora(c),
         compile=c.flag('compile'), async_tp=c.flag('async_tp'),
-        overlap_grad_reduce=c.flag('overlap_grad_reduce', False))
+        overlap_grad_reduce=c.flag('overlap_grad_reduce', False),
+        partition_activations=c.flag('partition_activations', False))
 
 
 def _read_lora(c: Reader) -> dict[str, Any] | None:

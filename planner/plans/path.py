@@ -82,6 +82,7 @@ class PlanAsk:
         compile: the stack's per-block torch.compile (torchtitan; off by default).
         async_tp: torchtitan's async TP (needs ``compile``).
         overlap_grad_reduce: Megatron's ``--overlap-grad-reduce`` (off by default).
+        partition_activations: DeepSpeed's ``partition_activations`` (off by default).
     """
 
     model: str
@@ -114,6 +115,7 @@ class PlanAsk:
     compile: bool = False
     async_tp: bool = False
     overlap_grad_reduce: bool = False
+    partition_activations: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,8 @@ def build_request(ask: PlanAsk, calibration: CalibrationUse | None = None) -> Pl
         margin_fraction=ask.margin_fraction,
         price_per_gpu_hour_usd=ask.price_per_gpu_hour_usd, sort_by=ask.sort_by,
         top_k=ask.top_k, limits=ask.limits, lora=ask.lora, compile=ask.compile,
-        async_tp=ask.async_tp, overlap_grad_reduce=ask.overlap_grad_reduce, **measured)
+        async_tp=ask.async_tp, overlap_grad_reduce=ask.overlap_grad_reduce,
+        partition_activations=ask.partition_activations, **measured)
 
 
 def guidance_for(request: PlanRequest, result: SearchResult, chosen: Candidate | None,

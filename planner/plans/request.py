@@ -202,6 +202,9 @@ class PlanRequest:
             as DDP's buckets do (``StepTimeOptions().dp_overlap``), where the Megatron stack
             exposes it by default (``batchfit plan --overlap-grad-reduce``); only stacks
             with that switch are searched.
+        partition_activations: DeepSpeed's ``activation_checkpointing.partition_activations``:
+            a fully recomputed layer keeps its input split over the TP ranks and gathers it
+            before recomputing; only stacks with that switch are searched.
     """
 
     model: ModelSpec
@@ -233,6 +236,7 @@ class PlanRequest:
     compile: bool = False
     async_tp: bool = False
     overlap_grad_reduce: bool = False
+    partition_activations: bool = False
 
     def __post_init__(self) -> None:
         for name, key in (('seq_len', 'seq_len'), ('max_nodes', 'nodes'),
@@ -420,7 +424,8 @@ class PlanRequest:
         return MemoryOptions(precision=m.precision, optimizer=self.optimizer,
                              attention=self.attention, framework=m.stack,
                              loss=resolve_loss(self.loss, STACKS[m.stack].loss), lora=self.lora,
-                             loop=self.loop)
+                             loop=self.loop, partition_activations=self._switch_on(
+                                 'partition_activations', m.stack))
 
     def memory_arrays(self, layout: LayoutArrays, parts: bool = False) -> MemoryArrays:
         """The memory model on ``layout``'s candidates, each with its own stack and recipe
@@ -438,16 +443,19 @@ class PlanRequest:
     def memory_config(self, layout: LayoutArrays) -> ConfigArrays:
         """The memory model's axes for ``layout``'s candidates.
 
-        What every candidate shares (sequence length, no expert parallelism or offload,
-        the sequence-parallel flag) stays 0-d, so the estimate does not carry it along
-        as a full column.
+        What every candidate shares (sequence length, no offload, the sequence-parallel
+        flag of one stack's rows) stays 0-d, so the estimate does not carry it along as a
+        full column.
         """
+        sp = np.asarray(layout.sequence_parallel, bool)
+        if sp.size and bool(np.all(sp == sp.flat[0])):
+            sp = np.asarray(sp.flat[0])  # one stack's rows: its SP, or none (DeepSpeed)
         return ConfigArrays(
             seq_len=np.asarray(self.seq_len), micro_batch=layout.micro_batch,
             grad_accum=layout.grad_accum, tp=layout.tp, pp=layout.pp, vpp=layout.vpp,
             cp=layout.cp, ep=np.asarray(layout.ep), dp=layout.dp, zero=layout.zero,
             offload=np.asarray(0), recompute=layout.recompute,
-            sequence_parallel=np.asarray(self.limits.sequence_parallel),
+            sequence_parallel=sp,
             etp=np.asarray(layout.etp), dp_replicate=np.asarray(layout.dp_replicate))
 
     def step_options_for(self, framework: str) -> StepTimeOptions:
@@ -458,13 +466,15 @@ class PlanRequest:
         from planner.timing.stack_speed import with_switches
 
         options = self.step_options
-        if options.dp_overlap == StepTimeOptions().dp_overlap and not (
-                self.overlap_grad_reduce
-                and 'overlap_grad_reduce' in STACKS[framework].options):
+        if (options.dp_overlap == StepTimeOptions().dp_overlap
+                and not self._switch_on('overlap_grad_reduce', framework)):
             options = replace(options, dp_overlap=STACKS[framework].dp_overlap)
-        return with_switches(options, compile=self.compile and 'compile' in
-                             STACKS[framework].options, async_tp=self.async_tp
-                             and 'async_tp' in STACKS[framework].options)
+        return with_switches(options, compile=self._switch_on('compile', framework),
+                             async_tp=self._switch_on('async_tp', framework))
+
+    def _switch_on(self, name: str, framework: str) -> bool:
+        """Whether the switch ``name`` is asked for and ``framework``'s stack has it."""
+        return bool(getattr(self, name)) and name in STACKS[framework].options
 
     def step_times(self, layout: LayoutArrays) -> StepTimeArrays:
         """The step-time model on ``layout``'s candidates, each with its stack's choices."""
@@ -474,7 +484,9 @@ class PlanRequest:
                                   precision=m.precision, optimizer=self.optimizer,
                                   attention=self.attention, framework=m.stack,
                                   options=self.step_options_for(m.stack),
-                                  calibration=self.calibration, lora=self.lora)
+                                  calibration=self.calibration, lora=self.lora,
+                                  partition_activations=self._switch_on(
+                                      'partition_activations', m.stack))
             return StepTimeArrays.concatenate([st]) if np.ndim(lay.tp) else st
         return _per_mode(layout, one, StepTimeArrays.concatenate)
 
@@ -498,6 +510,7 @@ class PlanRequest:
             'lora': None if self.lora is None else lora_dict(self.lora, self.model),
             'compile': self.compile, 'async_tp': self.async_tp,
             'overlap_grad_reduce': self.overlap_grad_reduce,
+            'partition_activations': self.partition_activations,
         }
 
 

@@ -152,6 +152,11 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           recompute={'none': 'none', 'full': 'activation checkpointing (whole layers)'},
           kernels='megatron', loss='megatron', tensor_parallel=True, pipeline_parallel=True,
           zero_with_pp=(0, 1), zero_buckets=True, dp_overlap=0.0,
+          # activation_checkpointing.partition_activations splits each checkpointed layer
+          # input over the model-parallel ranks and all-gathers it before the layer is
+          # recomputed (deepspeed/runtime/activation_checkpointing/checkpointing.py
+          # partition_activations, gather_partitioned_activations)
+          options=('partition_activations',),
           launchers=('deepspeed', 'slurm'),
           sources=('deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py',)),
 )}

@@ -8,7 +8,8 @@ from planner.errors import InputError
 
 # The switches a stack may offer (``Stack.options``), each a request field and a CLI flag
 # of the same name (``--async-tp``).
-SWITCHES: tuple[str, ...] = ('compile', 'async_tp', 'overlap_grad_reduce')
+SWITCHES: tuple[str, ...] = ('compile', 'async_tp', 'overlap_grad_reduce',
+                             'partition_activations')
 
 
 def switch_label(name: str) -> str:
@@ -89,8 +90,10 @@ class Stack:
         options: the stack's own switches a request may turn on (``compile``,
             ``async_tp``: torchtitan's ``[compile]`` and
             ``parallelism.enable_async_tensor_parallel``; ``overlap_grad_reduce``:
-            Megatron's ``--overlap-grad-reduce``); ``planner.timing.stack_speed`` times
-            torchtitan's, the DP overlap Megatron's.
+            Megatron's ``--overlap-grad-reduce``; ``partition_activations``: DeepSpeed's
+            activation checkpointing option); ``planner.timing.stack_speed`` times
+            torchtitan's, the DP overlap Megatron's, the memory model and the TP traffic
+            DeepSpeed's.
         sources: where the facts come from (repository + path).
     """
 

@@ -426,7 +426,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                      optimizer: str = DEFAULT_OPTIMIZER, attention: str = DEFAULT_ATTENTION,
                      framework: str = DEFAULT_FRAMEWORK, options: StepTimeOptions | None = None,
                      calibration: CalibrationProfile | Mapping | None = None,
-                     lora: LoraSpec | None = None) -> StepTimeArrays:
+                     lora: LoraSpec | None = None,
+                     partition_activations: bool = False) -> StepTimeArrays:
     """Time one optimizer step for every candidate in ``layout``.
 
     Args:
@@ -463,7 +464,7 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     mb = _microbatch_compute(model, seq_len, gpu, lay, r, lora, attention=attention,
                              torchtitan=stack.key == 'torchtitan', calibration=calibration,
                              framework=framework, peak=peak, links=links, o=o)
-    tp_mb = _tp_comm_s(model, lay, r, rc, mb, links, o)
+    tp_mb = _tp_comm_s(model, lay, r, rc, mb, links, o, partition_activations)
     cp_mb = _cp_comm_s(model, seq_len, lay, r, rc, attention == 'flash', mb, peak, links, o)
     pp_mb = _pp_comm_s(model, lay, r, mb, links, o)
     dp = _dp_zero_comm_s(lay, r, stack.fsdp_unsharded_accumulation, mb, links, o)
@@ -588,9 +589,11 @@ def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: Layou
 
 
 def _tp_comm_s(model: ModelSpec, lay: LayoutArrays, r: PrecisionRecipe, rc: np.ndarray,
-               mb: _MicroBatchCompute, links: _Links, o: StepTimeOptions) -> np.ndarray:
+               mb: _MicroBatchCompute, links: _Links, o: StepTimeOptions,
+               partition_activations: bool = False) -> np.ndarray:
     """TP: 2 all-reduces forward + 2 backward per layer of b·s·h/c elements (RS + AG of
-    the same volume with SP); full recompute repeats the forward's two.
+    the same volume with SP); full recompute repeats the forward's two (and DeepSpeed's
+    partitioned checkpoints add an all-gather of the layer input).
 
     Whole experts (expert TP 1) take their tokens by the EP all-to-all from each rank's
     own sequence shard, with no TP collective around the MoE MLP: an MoE layer then has
@@ -600,6 +603,11 @@ def _tp_comm_s(model: ModelSpec, lay: LayoutArrays, r: PrecisionRecipe, rc: np.n
     t = lay.tp
     act = mb.tokens_mb * model.hidden_size * r.act_bytes
     ar_per_layer = 4 + 2 * FULL_RECOMPUTE_SHARE[rc]
+    if partition_activations:
+        # one all-gather (half an all-reduce's traffic) of each recomputed layer's
+        # input; with SP the input is a sequence shard gathered anyway
+        sp = np.asarray(lay.sequence_parallel, bool)
+        ar_per_layer = ar_per_layer + np.where(sp, 0.0, 0.5 * FULL_RECOMPUTE_SHARE[rc])
     if model.moe is not None:
         whole_experts = (expert_tp(t, lay.etp) == 1) & (np.asarray(lay.ep) > 1)
         ar_per_layer = ar_per_layer * np.where(

@@ -468,3 +468,72 @@ def test_half_recompute_is_offered_only_where_the_stack_runs_it(capsys):
                              recompute_modes=('half',)))
     assert result.best is not None
     assert result.best.recompute == 'half'
+
+
+def test_a_stack_without_sequence_parallelism_is_estimated_without_it():
+    """DeepSpeed's pipeline engine replicates the norms' activations over the TP ranks: the
+    plan's memory is that of the same layout estimated with SP off, never with it on."""
+    from planner.memory.training import TrainingSetup as Setup
+
+    assert not STACKS['deepspeed'].sequence_parallel
+    req = _request(model='llama-3.1-8b', nodes=1, batch=64, seq_len=4096,
+                   framework='deepspeed', recompute_modes=('none',),
+                   limits=LayoutLimits(tp=(2,), pp=(2,), micro_batch=(1,)))
+    best = search(req).best
+    assert best is not None
+    assert not best.sequence_parallel
+    m = find_preset('llama-3.1-8b')
+    kwargs = {'seq_len': 4096, 'micro_batch': 1, 'grad_accum': best.grad_accum, 'tp': 2,
+              'pp': 2, 'dp': best.dp, 'zero': best.zero, 'framework': 'deepspeed',
+              'precision': best.precision}
+    no_sp = estimate(m, Setup(**kwargs, sequence_parallel=False))
+    asked_sp = estimate(m, Setup(**kwargs, sequence_parallel=True))  # the stack turns it off
+    assert best.memory.tensor_peak_bytes == pytest.approx(no_sp.tensor_peak_bytes, rel=1e-9)
+    assert asked_sp.tensor_peak_bytes == no_sp.tensor_peak_bytes
+
+
+def test_partition_activations_splits_deepspeed_checkpoints_over_tp(capsys, tmp_path):
+    """DeepSpeed's ``partition_activations``: each recomputed layer keeps 1/t of its input
+    and all-gathers it before recomputing (deepspeed/runtime/activation_checkpointing/
+    checkpointing.py): less memory, more TP traffic; only the deepspeed stack has it, and
+    its export writes it."""
+    import json
+
+    from tests.cli_helpers import run_cli
+
+    m = find_preset('llama-3.1-8b')
+    kwargs = {'seq_len': 4096, 'micro_batch': 1, 'grad_accum': 8, 'tp': 4, 'dp': 2,
+              'zero': 1, 'framework': 'deepspeed', 'precision': 'ds-bf16',
+              'recompute': 'full'}
+    plain = estimate(m, TrainingSetup(**kwargs))
+    split = estimate(m, TrainingSetup(**kwargs, partition_activations=True))
+    saved = m.num_layers * 4096 * m.hidden_size * 2  # one micro-batch's bf16 layer inputs
+    assert plain.phases['forward_end'] - split.phases['forward_end'] == pytest.approx(
+        saved * (1 - 1 / 4), rel=1e-6)
+    base = ('plan', '--model', 'llama-3.1-8b', '--seq-len', '4096', '--gpu', 'h100-sxm',
+            '--global-batch', '64', '--tokens', '1B', '--tp', '4', '--pp', '2',
+            '--micro-batch', '1', '--recompute', 'full', '--top', '1', '--json')
+    code, out, _ = run_cli(capsys, *base, '--framework', 'deepspeed')
+    assert code == 0
+    without = json.loads(out)['candidates'][0]
+    path = tmp_path / 'plan.json'
+    code, out, _ = run_cli(capsys, *base, '--framework', 'deepspeed', '--partition-activations',
+                           '--save', str(path))
+    assert code == 0
+    with_it = json.loads(out)['candidates'][0]
+    assert with_it['memory']['tensor_peak_bytes'] < without['memory']['tensor_peak_bytes']
+    assert with_it['step_breakdown_s']['tp_comm_s'] > without['step_breakdown_s']['tp_comm_s']
+    code, out, _ = run_cli(capsys, 'export', str(path), '--format', 'deepspeed')
+    assert code == 0
+    assert json.loads(out)['activation_checkpointing']['partition_activations'] is True
+    for framework in ('megatron', 'torchtitan'):
+        code, _, err = run_cli(capsys, *base, '--framework', framework,
+                               '--partition-activations')
+        assert code == 2
+        assert '--partition-activations' in err
+        assert 'deepspeed' in err
+    code, _, err = run_cli(capsys, 'estimate', '--model', 'llama-3.1-8b', '--seq-len', '4096',
+                           '--micro-batch', '1', '--gpus-per-node', '8', '--tp', '2',
+                           '--framework', 'megatron', '--partition-activations')
+    assert code == 2
+    assert 'deepspeed' in err

@@ -59,7 +59,9 @@ TIPS = {
         'InputPanel', "The stacks' own switches, off by default as in the stacks: torchtitan's "
         'per-block torch.compile (fuses the work between the GEMMs) and async TP (hides the '
         'TP collectives behind the GEMMs; needs compile); Megatron\'s --overlap-grad-reduce '
-        '(the gradient reduce-scatter behind the backward). Float8 is the fp8 precision.'),
+        '(the gradient reduce-scatter behind the backward); DeepSpeed\'s partition '
+        'activations (recomputed layers keep their input split over the TP ranks). Float8 '
+        'is the fp8 precision.'),
     'framework': QT_TRANSLATE_NOOP(
         'InputPanel', 'The software that runs the job: its layouts, ZeRO stages, recompute, '
         'precision, kernels and launchers. "any" ranks every stack that can run the model.'),
@@ -237,6 +239,8 @@ class InputPanel(QScrollArea):
             '--lora-targets': self.lora_targets_combo, '--qlora': self.tuning_combo,
             '--loop': self.loop_combo, '--loss': self.loss_combo,
             '--compile': self.switch_row, '--async-tp': self.switch_row,
+            '--overlap-grad-reduce': self.switch_row,
+            '--partition-activations': self.switch_row,
         }
         self.set_inputs(PlanInputs())
         for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
@@ -366,7 +370,9 @@ class InputPanel(QScrollArea):
         self.switch_boxes = {'compile': QCheckBox(translate('InputPanel', 'torch.compile')),
                              'async_tp': QCheckBox(translate('InputPanel', 'async TP')),
                              'overlap_grad_reduce': QCheckBox(
-                                 translate('InputPanel', 'overlap grad reduce'))}
+                                 translate('InputPanel', 'overlap grad reduce')),
+                             'partition_activations': QCheckBox(
+                                 translate('InputPanel', 'partition activations'))}
         # one a line: side by side they would widen the dock past its 1024 px width
         self.switch_row = self._checks(form, translate('InputPanel', 'stack switches'),
                                        self.switch_boxes, TIPS['switches'], columns=1)
