@@ -34,6 +34,7 @@ from planner.distinct_rows import DistinctRows, Spread, distinct_rows
 from planner.hardware.devices import GpuSpec
 from planner.limits import check_figure
 from planner.memory.activations import (
+    FULL_RECOMPUTE_SHARE,
     RECOMPUTE_CODES,
     EdgeBytes,
     LayerTerms,
@@ -302,7 +303,7 @@ def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, 
         # Eager attention's (b, 1, s, s) masks, in the residual stream's dtype, are inputs
         # of every checkpointed layer and so live until the bottom layer's backward
         # (transformers' masking_utils builds one per kind: causal, sliding-window).
-        masks = np.where((at.recompute >= 2) & (opts.attention == 'eager'),
+        masks = np.where(_whole_layers(at.recompute) & (opts.attention == 'eager'),
                          model.attention_masks * r.residual_bytes * b * s * s / c, 0.0)
         extra = _LoraExtras(first_delta=masks, fwd_tmp=fwd_tmp, layer_fwd_tmp=zero,
                             forward_mask=zero, recompute_tmp=zero, top_rebuilt=layer_full,
@@ -311,16 +312,17 @@ def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, 
         extra = _lora_extras(model, r, lora, opts.attention, at, layer_full, fwd_tmp)
     # The top layer's backward under full recompute rebuilds its activations first
     # (under ``half`` too, whichever layer of the chunk ends up on top: the larger).
-    top_bwd_tmp = bwd_tmp + np.where(at.recompute >= 2, extra.top_rebuilt, 0.0)
+    top_bwd_tmp = bwd_tmp + np.where(_whole_layers(at.recompute), extra.top_rebuilt, 0.0)
     if rows is not None:
         layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp = (
             rows.spread(a) for a in (layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp))
         edge, extra = Spread(edge, rows), Spread(extra, rows)
     # ``half`` keeps everything in the layers it does not recompute.
-    recomputed = np.where(cfg.recompute == 2, layers, np.where(
-        cfg.recompute == 3, half_recomputed_layers(model.num_layers, cfg.pp, cfg.vpp), 0.0))
+    half = cfg.recompute == RECOMPUTE_CODES['half']
+    recomputed = np.where(cfg.recompute == RECOMPUTE_CODES['full'], layers, np.where(
+        half, half_recomputed_layers(model.num_layers, cfg.pp, cfg.vpp), 0.0))
     kept_layers = layers - recomputed
-    stage_act = np.where(cfg.recompute == 3, kept_layers * layer_full + recomputed * layer_ckpt,
+    stage_act = np.where(half, kept_layers * layer_full + recomputed * layer_ckpt,
                          layer_act * layers)
     # Only a user's own loop can hold the output; the other stacks' loops keep the loss.
     loop = opts.loop if STACKS[opts.framework].user_loop else 'trainer'
@@ -436,6 +438,12 @@ def _lora_extras(model: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention
                        recompute_tmp=np.asarray(np.where(rc == 2, widest(True), 0.0), float),
                        top_rebuilt=np.asarray(top_rebuilt, float),
                        bottom_rebuilt=np.asarray(bottom_rebuilt, float))
+
+
+def _whole_layers(recompute: np.ndarray) -> np.ndarray:
+    """Where a mode recomputes whole layers (``full``, ``half``): their checkpoint inputs
+    live to the bottom layer's backward and the top layer's backward rebuilds it."""
+    return FULL_RECOMPUTE_SHARE[np.asarray(recompute)] > 0
 
 
 def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, cfg: ConfigArrays
@@ -668,7 +676,7 @@ def _backward_start(sh: _Shared, f: _StageFigures, rc: np.ndarray,
                     'activations': f.acts - f.last_saved,
                     'backward_temp': sh.top_bwd_tmp, 'unsharded_grad': ms.unsharded_grad_top,
                     'autocast_copies': casts.stored - casts.head
-                    + np.where(rc >= 2, casts.layer, 0.0)}
+                    + np.where(_whole_layers(rc), casts.layer, 0.0)}
     if lora:
         # The top layer's MLP backward follows its output projection's (whose casts are
         # freed); under full recompute its recomputation comes first, every cast made.
@@ -694,8 +702,8 @@ def _backward_end(sh: _Shared, f: _StageFigures, rc: np.ndarray,
     ms = f.ms
     backward_end = {**f.static, **f.bottom,
                     'gradients': np.maximum(f.grads_live, ms.gradients - f.pending),
-                    'activations': f.first_edge + np.where(rc >= 2, sh.lora.bottom_rebuilt,
-                                                           sh.layer_act),
+                    'activations': f.first_edge + np.where(
+                        _whole_layers(rc), sh.lora.bottom_rebuilt, sh.layer_act),
                     'autocast_copies': f.casts.bottom, 'backward_temp': sh.bwd_tmp}
     if not lora:
         return backward_end
