@@ -236,3 +236,31 @@ def test_pipeline_split_is_what_torchtitan_builds(tmp_path, monkeypatch, model, 
     assert layers[0][0] * vpp <= charged
     assert min(map(min, layers)) >= 1
     assert layers == stage_layers(num_layers, pp, vpp)  # the split the exporter meant
+
+
+@pytest.mark.parametrize(('pp', 'vpp', 'schedule'), [
+    (2, 2, 'InterleavedZeroBubble'), (4, 2, 'InterleavedZeroBubble'), (2, 1, '1F1B')])
+def test_zero_bubble_schedule_parses_and_torch_builds_its_order(tmp_path, pp, vpp, schedule):
+    """torchtitan 0.2.2 reads the schedule name, torch resolves it to a multi-stage class
+    for 2+ stages a rank, and its own order generator runs for the plan's (p, v, m)."""
+    from torch.distributed.pipelining import schedules
+
+    plan = make_plan(model='llama-3.1-8b', nodes=4, tp=2, pp=pp, vpp=vpp, zero=3,
+                     micro_batch=1, global_batch=256, seq_len=4096, framework='torchtitan')
+    plan = dataclasses.replace(plan, constraints=dataclasses.replace(plan.constraints,
+                                                                     zero_bubble=True))
+    config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
+    check_types(config)
+    p = config.parallelism
+    assert p.pipeline_parallel_schedule == schedule
+    cls = schedules.get_schedule_class(p.pipeline_parallel_schedule)
+    assert issubclass(cls, schedules.PipelineScheduleMulti) == (vpp > 1)
+    if vpp > 1:
+        m = plan.candidate.grad_accum
+        order = object.__new__(cls)  # the generator alone: no stages, no process group
+        order.pp_group_size, order.n_local_stages, order._n_microbatches = pp, vpp, m
+        order.number_of_rounds = max(1, m // pp)
+        order.microbatches_per_round = m // order.number_of_rounds
+        assert m % order.number_of_rounds == 0  # torch's own check in __init__
+        ops = [a for a in order._calculate_single_rank_operations(0) if a is not None]
+        assert len(ops) == 3 * m * vpp  # every chunk's F, B and W
