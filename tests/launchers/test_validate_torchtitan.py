@@ -240,10 +240,14 @@ def test_pipeline_split_is_what_torchtitan_builds(tmp_path, monkeypatch, model, 
 
 @pytest.mark.parametrize(('pp', 'vpp', 'schedule'), [
     (2, 2, 'InterleavedZeroBubble'), (4, 2, 'InterleavedZeroBubble'), (2, 1, '1F1B')])
-def test_zero_bubble_schedule_parses_and_torch_builds_its_order(tmp_path, pp, vpp, schedule):
+def test_zero_bubble_schedule_parses_and_torch_builds_it(tmp_path, pp, vpp, schedule):
     """torchtitan 0.2.2 reads the schedule name, torch resolves it to a multi-stage class
-    for 2+ stages a rank, and its own order generator runs for the plan's (p, v, m)."""
+    for 2+ stages a rank and builds the schedule for the plan's (p, v, m) (on stand-in
+    stages: no process group), with the action order the planner simulates."""
+    import torch
     from torch.distributed.pipelining import schedules
+
+    from planner.timing.pipeline_schedule import rank_orders
 
     plan = make_plan(model='llama-3.1-8b', nodes=4, tp=2, pp=pp, vpp=vpp, zero=3,
                      micro_batch=1, global_batch=256, seq_len=4096, framework='torchtitan')
@@ -255,12 +259,21 @@ def test_zero_bubble_schedule_parses_and_torch_builds_its_order(tmp_path, pp, vp
     assert p.pipeline_parallel_schedule == schedule
     cls = schedules.get_schedule_class(p.pipeline_parallel_schedule)
     assert issubclass(cls, schedules.PipelineScheduleMulti) == (vpp > 1)
-    if vpp > 1:
-        m = plan.candidate.grad_accum
-        order = object.__new__(cls)  # the generator alone: no stages, no process group
-        order.pp_group_size, order.n_local_stages, order._n_microbatches = pp, vpp, m
-        order.number_of_rounds = max(1, m // pp)
-        order.microbatches_per_round = m // order.number_of_rounds
-        assert m % order.number_of_rounds == 0  # torch's own check in __init__
-        ops = [a for a in order._calculate_single_rank_operations(0) if a is not None]
-        assert len(ops) == 3 * m * vpp  # every chunk's F, B and W
+    if vpp == 1:
+        return
+    m = plan.candidate.grad_accum
+
+    class Stage:  # what the schedule's constructor reads of a PipelineStage
+        def __init__(self, index: int) -> None:
+            self.stage_index, self.group_size, self.group_rank = index, pp, 0
+            self.num_stages, self.submod = pp * vpp, torch.nn.Linear(2, 2)
+            self.is_first, self.is_last = index == 0, index == pp * vpp - 1
+            self.stage_index_to_group_rank = {i: i % pp for i in range(pp * vpp)}
+
+    built = cls([Stage(k * pp) for k in range(vpp)], m)
+    c = schedules._ComputationType
+    kinds = {c.FORWARD: 'F', c.BACKWARD_INPUT: 'B', c.BACKWARD_WEIGHT: 'W',
+             c.FULL_BACKWARD: 'FULL'}
+    got = [[(a.stage_index, kinds[a.computation_type], a.microbatch_index)
+            for a in built.pipeline_order[r] if a is not None] for r in range(pp)]
+    assert got == rank_orders(schedule, pp, vpp, m)
