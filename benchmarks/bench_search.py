@@ -42,6 +42,11 @@ def cases() -> dict[str, PlanRequest]:
         '405B, s8192, B2048, 2048x8 H100': PlanRequest(
             model=find_preset('llama-3.1-405b'), seq_len=8192, max_nodes=2048,
             global_batch=2048, length=TrainingLength(tokens=15.6e12), **common),
+        # torchtitan with its zero-bubble pipeline schedule (the closed form, no simulation)
+        '405B, s8192, B2048, 2048x8 H100, torchtitan zero bubble': PlanRequest(
+            model=find_preset('llama-3.1-405b'), seq_len=8192, max_nodes=2048,
+            global_batch=2048, length=TrainingLength(tokens=15.6e12), gpu=h100,
+            inter_node=ndr, gpus_per_node=8, framework='torchtitan', zero_bubble=True),
     }
 
 

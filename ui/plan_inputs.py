@@ -78,6 +78,7 @@ class PlanInputs:
         async_tp: torchtitan's async TP (``--async-tp``; needs ``compile``).
         overlap_grad_reduce: Megatron's ``--overlap-grad-reduce``.
         partition_activations: DeepSpeed's ``--partition-activations``.
+        zero_bubble: torchtitan's zero-bubble pipeline schedule (``--zero-bubble``).
     """
 
     model: str = 'llama-3.1-8b'
@@ -112,6 +113,7 @@ class PlanInputs:
     async_tp: bool = False
     overlap_grad_reduce: bool = False
     partition_activations: bool = False
+    zero_bubble: bool = False
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -152,7 +154,7 @@ def plan_ask(inputs: PlanInputs, top_k: int = 100) -> PlanAsk:
         lora=lora_spec(inputs), loop=inputs.loop, loss=inputs.loss, profile=inputs.profile,
         compile=inputs.compile, async_tp=inputs.async_tp,
         overlap_grad_reduce=inputs.overlap_grad_reduce,
-        partition_activations=inputs.partition_activations,
+        partition_activations=inputs.partition_activations, zero_bubble=inputs.zero_bubble,
         guidance=GuidanceInputs(base_lr=inputs.base_lr,
                                 base_batch_samples=inputs.base_batch_samples,
                                 b_noise_tokens=inputs.b_noise_tokens))

@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument('--partition-activations', action='store_true',
                      help="DeepSpeed's activation checkpointing option: a recomputed layer's "
                           'input split over the TP ranks (the deepspeed stack)')
+    est.add_argument('--zero-bubble', action='store_true',
+                     help="torchtitan's InterleavedZeroBubble pipeline schedule with --vpp > 1 "
+                          '(the torchtitan stack): fewer micro-batches in flight')
     add_memory_option_args(est)
     add_profile_arg(est)  # --profile PATH|auto|none
     est.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -114,7 +117,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         sequence_parallel=args.sequence_parallel,
         recompute=args.recompute, attention=args.attention, framework=stack.key,
         loss=args.loss, lora=lora, foreach=args.foreach, loop=args.loop,
-        partition_activations=args.partition_activations)
+        partition_activations=args.partition_activations, zero_bubble=args.zero_bubble)
     # A profile of this GPU replaces the default overheads with measured ones (the plan's
     # path, memory only).
     calibration = calibration_for(args.profile, args.gpu, args.model, step_time=False,
@@ -146,13 +149,14 @@ def estimate_stack(args: argparse.Namespace, lora: bool):
     """
     from planner.stacks import STACKS, get_stack
 
+    switches = tuple(o for o in ('partition_activations', 'zero_bubble') if getattr(args, o))
+    having = {f'{o}_allowed': 'off, or --framework ' + ' or '.join(
+        s.key for s in STACKS.values() if o in s.options) for o in switches}
+
     def check(stack) -> None:
         stack.check(precision=args.precision, zero_stages=(args.zero,),
                     recompute_modes=(args.recompute,), lora=lora,
-                    options=('partition_activations',) if args.partition_activations else (),
-                    field_names={'partition_activations_allowed': 'off, or --framework '
-                                 + ' or '.join(s.key for s in STACKS.values()
-                                               if 'partition_activations' in s.options)})
+                    options=switches, field_names=having)
         stack.check_layout(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
                            zero=args.zero, etp=args.etp, dp_replicate=args.dp_replicate,
                            lora=lora)

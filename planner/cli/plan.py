@@ -123,6 +123,10 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help="DeepSpeed's activation checkpointing option: each recomputed "
                         "layer's input split over the TP ranks, gathered before the layer "
                         'is recomputed (off by default, as in DeepSpeed)')
+    p.add_argument('--zero-bubble', action='store_true',
+                   help="torchtitan's InterleavedZeroBubble pipeline schedule where a rank "
+                        'runs 2+ stages (--vpp > 1): the weight gradients fill the bubble '
+                        '(off by default, as in torchtitan; not with --compile)')
     add_profile_arg(p)
     add_save_export_args(p)
     p.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -158,7 +162,7 @@ def ask_from_args(args: argparse.Namespace) -> PlanAsk:
         price_per_gpu_hour_usd=args.price, sort_by=args.sort, top_k=args.top, limits=limits,
         lora=lora, profile=args.profile, compile=args.compile, async_tp=args.async_tp,
         overlap_grad_reduce=args.overlap_grad_reduce,
-        partition_activations=args.partition_activations,
+        partition_activations=args.partition_activations, zero_bubble=args.zero_bubble,
         guidance=guidance_inputs_from_args(args, args.seq_len))
 
 

@@ -35,6 +35,7 @@ from planner.export.base import (
 from planner.export.launch import multi_node_notes, script_words, torchrun_words
 from planner.export.shell import command, comments
 from planner.export.textfmt import toml_lines
+from planner.timing.pipeline_schedule import schedule_name
 
 if TYPE_CHECKING:
     from planner.planfile.document import PlanFile
@@ -102,7 +103,10 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
         parallelism['expert_parallel_degree'] = c.ep
     if c.pp > 1:
         parallelism['pipeline_parallel_microbatch_size'] = n.micro_batch
-        parallelism['pipeline_parallel_schedule'] = 'Interleaved1F1B' if c.vpp > 1 else '1F1B'
+        # torch's schedule names (torch/distributed/pipelining/schedules.py
+        # get_schedule_class): zero bubble only where a rank runs 2+ stages
+        parallelism['pipeline_parallel_schedule'] = schedule_name(
+            c.pp, c.vpp, plan.constraints.zero_bubble)
         parallelism.update(_pipeline_split(m.num_layers, c.pp, c.vpp))
     model: dict[str, Any] = {'name': name, 'flavor': flavor}
     switches = _switches(plan, parallelism, model, kind, notes)

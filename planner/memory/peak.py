@@ -61,6 +61,7 @@ from planner.memory.stack_activations import stack_edge_bytes, stack_layer_terms
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
+from planner.timing.pipeline_schedule import zero_bubble_inflight
 
 MIB = 2**20
 PHASES: tuple[str, ...] = ('forward_end', 'backward_start', 'backward_end', 'optimizer_step')
@@ -108,6 +109,7 @@ class MemoryOptions:
     zero3_prefetch_layers: int = 1
     loop: str = 'keep-outputs'  # what the training loop holds (model_outputs.py)
     partition_activations: bool = False  # DeepSpeed: checkpoints split over the TP ranks
+    zero_bubble: bool = False  # torchtitan: InterleavedZeroBubble where vpp > 1
 
     @classmethod
     def from_setup(cls, setup: TrainingSetup) -> MemoryOptions:
@@ -116,7 +118,8 @@ class MemoryOptions:
                    attention=setup.attention, framework=setup.framework,
                    loss=setup.loss_kind, lora=setup.lora, foreach=setup.foreach,
                    zero3_prefetch_layers=setup.zero3_prefetch_layers, loop=setup.loop,
-                   partition_activations=setup.partition_activations)
+                   partition_activations=setup.partition_activations,
+                   zero_bubble=setup.zero_bubble)
 
 
 @dataclass
@@ -219,7 +222,7 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     r, opt = RECIPES[opts.precision], OPTIMIZERS[opts.optimizer]
     pp = cfg.pp
     layers = np.ceil(model.num_layers / pp)
-    inflight = _inflight(cfg)
+    inflight = _inflight(cfg, opts.zero_bubble)
     shared = _per_micro_batch(model, r, opts, cfg, layers, inflight)
     # Every phase as named parts, for the first and the last pipeline stage.
     state_rows = _state_rows(cfg)
@@ -465,7 +468,7 @@ def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions
             per_layer[2])
 
 
-def _inflight(cfg: ConfigArrays) -> np.ndarray:
+def _inflight(cfg: ConfigArrays, zero_bubble: bool = False) -> np.ndarray:
     """Micro-batches whose activations the first pipeline stage holds at once, counted
     in whole stages (one micro-batch through all of the stage's layers).
 
@@ -475,9 +478,14 @@ def _inflight(cfg: ConfigArrays) -> np.ndarray:
     more than all m·v forwards of the step (Megatron-LM
     megatron/core/pipeline_parallel/schedules.py ``get_pp_rank_microbatches``; torch's
     ``ScheduleInterleaved1F1B`` in torch/distributed/pipelining/schedules.py).
+    torch's ``ScheduleInterleavedZeroBubble`` (``zero_bubble``) warms up one forward less
+    per hop and frees a chunk's activations at its W: min(m, p)
+    (``planner.timing.pipeline_schedule.zero_bubble_inflight``).
     """
     pp, vpp, m = cfg.pp, cfg.vpp, cfg.grad_accum
     interleaved = np.minimum(m * vpp, pp * vpp + pp - 1) / np.maximum(vpp, 1)
+    if zero_bubble:
+        interleaved = zero_bubble_inflight(pp, m)
     one_f_one_b = np.minimum(m, pp)
     return np.where(pp > 1, np.where(vpp > 1, interleaved, one_f_one_b), 1.0)
 
@@ -502,7 +510,7 @@ def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) 
     if token_rows is not None:
         layer_act = token_rows.spread(layer_act)
     layers = np.ceil(model.num_layers / cfg.pp)
-    return states + layer_act * layers * _inflight(cfg)
+    return states + layer_act * layers * _inflight(cfg, opts.zero_bubble)
 
 
 def _stage_phases(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,

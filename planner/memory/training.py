@@ -161,6 +161,8 @@ class TrainingSetup:
     # DeepSpeed's activation checkpointing with partition_activations: each checkpointed
     # layer input split over the TP ranks (the deepspeed stack's switch)
     partition_activations: bool = False
+    # torchtitan's InterleavedZeroBubble pipeline schedule where vpp > 1 (its switch)
+    zero_bubble: bool = False
     extra: dict[str, float] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

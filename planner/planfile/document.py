@@ -119,8 +119,8 @@ class Constraints:
 
     ``lora`` is ``{"rank", "targets", "base_bits"}`` for a LoRA/QLoRA plan, None for full
     training. ``compile`` and ``async_tp`` are torchtitan's switches (off: not asked);
-    ``overlap_grad_reduce`` is Megatron's and ``partition_activations`` DeepSpeed's
-    (optional in the file: absent is off).
+    ``overlap_grad_reduce`` is Megatron's, ``partition_activations`` DeepSpeed's and
+    ``zero_bubble`` torchtitan's pipeline schedule (optional in the file: absent is off).
     """
 
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -143,6 +143,7 @@ class Constraints:
     async_tp: bool = False
     overlap_grad_reduce: bool = False
     partition_activations: bool = False
+    zero_bubble: bool = False
 
     @property
     def lora_spec(self) -> LoraSpec | None:
@@ -291,7 +292,7 @@ class PlanFile:
             overheads=None if c.overheads is None else Overheads(**c.overheads),
             lora=c.lora_spec, compile=c.compile, async_tp=c.async_tp,
             overlap_grad_reduce=c.overlap_grad_reduce,
-            partition_activations=c.partition_activations)
+            partition_activations=c.partition_activations, zero_bubble=c.zero_bubble)
 
 
 # ---- building a plan from a search -------------------------------------------------------
@@ -380,7 +381,8 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
             lora=None if request.lora is None else request.lora.to_dict(),
             compile=request.compile, async_tp=request.async_tp,
             overlap_grad_reduce=request.overlap_grad_reduce,
-            partition_activations=request.partition_activations),
+            partition_activations=request.partition_activations,
+            zero_bubble=request.zero_bubble),
         guidance_inputs=inputs,
         guidance=guidance_record(guidance),
         candidate=chosen_candidate(chosen),
@@ -596,7 +598,8 @@ def _read_constraints(c: Reader) -> Constraints:
         overheads=c.mapping('overheads', None), lora=_read_lora(c),
         compile=c.flag('compile'), async_tp=c.flag('async_tp'),
         overlap_grad_reduce=c.flag('overlap_grad_reduce', False),
-        partition_activations=c.flag('partition_activations', False))
+        partition_activations=c.flag('partition_activations', False),
+        zero_bubble=c.flag('zero_bubble', False))
 
 
 def _read_lora(c: Reader) -> dict[str, Any] | None:

@@ -83,6 +83,7 @@ class PlanAsk:
         async_tp: torchtitan's async TP (needs ``compile``).
         overlap_grad_reduce: Megatron's ``--overlap-grad-reduce`` (off by default).
         partition_activations: DeepSpeed's ``partition_activations`` (off by default).
+        zero_bubble: torchtitan's zero-bubble pipeline schedule (off by default).
     """
 
     model: str
@@ -116,6 +117,7 @@ class PlanAsk:
     async_tp: bool = False
     overlap_grad_reduce: bool = False
     partition_activations: bool = False
+    zero_bubble: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,8 @@ def build_request(ask: PlanAsk, calibration: CalibrationUse | None = None) -> Pl
         price_per_gpu_hour_usd=ask.price_per_gpu_hour_usd, sort_by=ask.sort_by,
         top_k=ask.top_k, limits=ask.limits, lora=ask.lora, compile=ask.compile,
         async_tp=ask.async_tp, overlap_grad_reduce=ask.overlap_grad_reduce,
-        partition_activations=ask.partition_activations, **measured)
+        partition_activations=ask.partition_activations, zero_bubble=ask.zero_bubble,
+        **measured)
 
 
 def guidance_for(request: PlanRequest, result: SearchResult, chosen: Candidate | None,

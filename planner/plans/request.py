@@ -205,6 +205,9 @@ class PlanRequest:
         partition_activations: DeepSpeed's ``activation_checkpointing.partition_activations``:
             a fully recomputed layer keeps its input split over the TP ranks and gathers it
             before recomputing; only stacks with that switch are searched.
+        zero_bubble: torchtitan's ``InterleavedZeroBubble`` pipeline schedule on layouts
+            with virtual stages (vpp > 1; 1F1B stays where a rank has one stage); only
+            stacks with that switch are searched.
     """
 
     model: ModelSpec
@@ -237,6 +240,7 @@ class PlanRequest:
     async_tp: bool = False
     overlap_grad_reduce: bool = False
     partition_activations: bool = False
+    zero_bubble: bool = False
 
     def __post_init__(self) -> None:
         for name, key in (('seq_len', 'seq_len'), ('max_nodes', 'nodes'),
@@ -287,6 +291,10 @@ class PlanRequest:
             # torchtitan/distributed/tensor_parallel.py maybe_enable_async_tp raises
             raise InputError('--async-tp', 'async TP needs --compile (torchtitan refuses it '
                              'without the model compiled)', '--compile --async-tp, or off')
+        if self.zero_bubble and self.compile:
+            # torch/distributed/pipelining/schedules.py _check_torch_compile_compatibility
+            raise InputError('--zero-bubble', 'torch builds its zero-bubble schedules only '
+                             'without torch.compile', 'off, or no --compile')
         self._check_lora()
         self._check_stacks()
 
@@ -371,7 +379,8 @@ class PlanRequest:
         return replace(self, framework=framework, precision=precision, zero_stages=zeros,
                        recompute_modes=recompute,
                        compile=self.compile and 'compile' in stack.options,
-                       async_tp=self.async_tp and 'async_tp' in stack.options)
+                       async_tp=self.async_tp and 'async_tp' in stack.options,
+                       zero_bubble=self.zero_bubble and 'zero_bubble' in stack.options)
 
     def _check_lora(self) -> None:
         """LoRA runs under PEFT on Hugging Face models, data parallel only.
@@ -425,7 +434,8 @@ class PlanRequest:
                              attention=self.attention, framework=m.stack,
                              loss=resolve_loss(self.loss, STACKS[m.stack].loss), lora=self.lora,
                              loop=self.loop, partition_activations=self._switch_on(
-                                 'partition_activations', m.stack))
+                                 'partition_activations', m.stack),
+                             zero_bubble=self._switch_on('zero_bubble', m.stack))
 
     def memory_arrays(self, layout: LayoutArrays, parts: bool = False) -> MemoryArrays:
         """The memory model on ``layout``'s candidates, each with its own stack and recipe
@@ -486,7 +496,8 @@ class PlanRequest:
                                   options=self.step_options_for(m.stack),
                                   calibration=self.calibration, lora=self.lora,
                                   partition_activations=self._switch_on(
-                                      'partition_activations', m.stack))
+                                      'partition_activations', m.stack),
+                                  zero_bubble=self._switch_on('zero_bubble', m.stack))
             return StepTimeArrays.concatenate([st]) if np.ndim(lay.tp) else st
         return _per_mode(layout, one, StepTimeArrays.concatenate)
 
@@ -511,6 +522,7 @@ class PlanRequest:
             'compile': self.compile, 'async_tp': self.async_tp,
             'overlap_grad_reduce': self.overlap_grad_reduce,
             'partition_activations': self.partition_activations,
+            'zero_bubble': self.zero_bubble,
         }
 
 

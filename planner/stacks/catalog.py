@@ -27,7 +27,10 @@
   in torchtitan's JobConfig: float8 linears (``--precision fp8``: torchao Float8Linear
   through ``model.converters = ["quantize.linear.float8"]``), per-block ``torch.compile``
   (``[compile]``) and async TP (``parallelism.enable_async_tensor_parallel``, which
-  needs compile: torchtitan/distributed/tensor_parallel.py).
+  needs compile: torchtitan/distributed/tensor_parallel.py), and torch's zero-bubble
+  pipeline schedule ``InterleavedZeroBubble`` where a rank runs 2+ stages (vpp > 1),
+  which torch builds only without compile (torch/distributed/pipelining/schedules.py
+  ``_check_torch_compile_compatibility``).
 * ``megatron``: Megatron-LM / Megatron-Core: TP+SP, PP+VPP, CP, EP; bf16 weights, a
   contiguous fp32 main-grad buffer, fp32 master + Adam sharded by the distributed
   optimizer (ZeRO-1 only): 2 + 4 + 12/d bytes a parameter (NVIDIA/Megatron-LM
@@ -104,7 +107,11 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           modes=(_DDP_TITAN, _FSDP_TITAN), precisions=('fsdp-bf16', 'fsdp-fp8', 'fp32'),
           # float8 is a converter in torchtitan (model.converters, torchao Float8Linear),
           # torch.compile and async TP are its switches (torchtitan/config/job_config.py)
-          precision_aliases={'fp8': {'fsdp': 'fsdp-fp8'}}, options=('compile', 'async_tp'),
+          # zero_bubble: parallelism.pipeline_parallel_schedule = "InterleavedZeroBubble"
+          # where a rank has 2+ stages (torch/distributed/pipelining/schedules.py;
+          # torchtitan/distributed/pipeline_parallel.py)
+          precision_aliases={'fp8': {'fsdp': 'fsdp-fp8'}},
+          options=('compile', 'async_tp', 'zero_bubble'),
           # selective_ac_option "2" (its default) wraps every layer whose index is even
           # in a checkpoint (torchtitan/distributed/activation_checkpoint.py
           # _apply_layer_sac): batchfit's ``half``

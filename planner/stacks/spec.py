@@ -9,7 +9,7 @@ from planner.errors import InputError
 # The switches a stack may offer (``Stack.options``), each a request field and a CLI flag
 # of the same name (``--async-tp``).
 SWITCHES: tuple[str, ...] = ('compile', 'async_tp', 'overlap_grad_reduce',
-                             'partition_activations')
+                             'partition_activations', 'zero_bubble')
 
 
 def switch_label(name: str) -> str:
@@ -91,9 +91,11 @@ class Stack:
             ``async_tp``: torchtitan's ``[compile]`` and
             ``parallelism.enable_async_tensor_parallel``; ``overlap_grad_reduce``:
             Megatron's ``--overlap-grad-reduce``; ``partition_activations``: DeepSpeed's
-            activation checkpointing option); ``planner.timing.stack_speed`` times
-            torchtitan's, the DP overlap Megatron's, the memory model and the TP traffic
-            DeepSpeed's.
+            activation checkpointing option; ``zero_bubble``: torchtitan's
+            ``InterleavedZeroBubble`` pipeline schedule); ``planner.timing.stack_speed``
+            times torchtitan's compile and async TP, the DP overlap Megatron's, the memory
+            model and the TP traffic DeepSpeed's; ``planner.timing.pipeline_schedule`` the
+            zero-bubble schedule's bubble and in-flight micro-batches.
         sources: where the facts come from (repository + path).
     """
 

@@ -55,6 +55,7 @@ from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
 from planner.timing.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
+from planner.timing.pipeline_schedule import zero_bubble_fraction
 from planner.timing.stack_speed import compiled_compute_s
 
 
@@ -427,7 +428,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                      framework: str = DEFAULT_FRAMEWORK, options: StepTimeOptions | None = None,
                      calibration: CalibrationProfile | Mapping | None = None,
                      lora: LoraSpec | None = None,
-                     partition_activations: bool = False) -> StepTimeArrays:
+                     partition_activations: bool = False,
+                     zero_bubble: bool = False) -> StepTimeArrays:
     """Time one optimizer step for every candidate in ``layout``.
 
     Args:
@@ -476,9 +478,13 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                                  links.intra_bps, links.inter_bps, links.inter_lat,
                                  o.intra_node_latency_s)
     # Pipeline: every micro-batch crosses the busiest stage; (p-1)/v of a micro-batch's
-    # time is the bubble (interleaved 1F1B).
+    # time is the bubble (interleaved 1F1B). torchtitan's zero-bubble schedule
+    # (InterleavedZeroBubble where v > 1) fills it with the weight gradients.
     t_mb = mb.compute_mb + tp_mb + cp_mb + pp_mb + dp.mb_dp + ep_mb
     bubble = t_mb * (lay.pp - 1) / lay.vpp
+    if zero_bubble:
+        zb = zero_bubble_fraction(lay.pp, lay.vpp, 1 - mb.bwd_fraction, mb.wgrad_fraction)
+        bubble = np.where(np.asarray(lay.vpp) > 1, t_mb * zb, bubble)
     optimizer_s = _optimizer_step_s(lay, r, opt, lora, mb.stage, links)
     step = t_mb * np.asarray(lay.grad_accum, float) + bubble + dp.step_dp + optimizer_s \
         + o.step_overhead_s
@@ -518,6 +524,9 @@ class _MicroBatchCompute:
         gemm_mb, elementwise_mb, dequant_mb: GEMM, memory-bound and (QLoRA)
             dequantization seconds; dequant_mb is part of elementwise_mb.
         compute_mb, fwd_mb, bwd_mb: their sum, split into forward and backward.
+        bwd_fraction: the backward's share of the FLOPs (recomputation included).
+        wgrad_fraction: the weight gradients' share of the FLOPs (what a zero-bubble
+            schedule splits off the backward as W).
         stage: the stage's parameter bytes (what DP/ZeRO moves, the optimizer updates).
     """
 
@@ -531,6 +540,8 @@ class _MicroBatchCompute:
     compute_mb: np.ndarray
     fwd_mb: np.ndarray
     bwd_mb: np.ndarray
+    bwd_fraction: np.ndarray
+    wgrad_fraction: np.ndarray
     stage: _StageBytes
 
 
@@ -553,6 +564,11 @@ def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: Layou
         per_mode[1] = per_mode[0] + torchtitan_sac_recompute_flops(model)
     layer_tok = (per_mode[rc] - head_tok) / layers
     bwd_fraction = (per_mode[rc] - fwd_tok) / per_mode[rc]
+    # W: one GEMM per trainable weight, as large as its forward GEMM (dW = dY^T X beside
+    # dX = dY W); the attention core has no weight, its backward is all B
+    wgrad_tok = 2.0 * (lora_params(model, lora) if lora is not None
+                       else model.matmul_params_per_token())
+    wgrad_fraction = wgrad_tok / per_mode[rc]
     first_layers, last_layers = np.ceil(layers / p), np.floor(layers / p)
     stage_tok = np.where(p > 1, np.maximum(first_layers * layer_tok,
                                            last_layers * layer_tok + head_tok),
@@ -585,7 +601,8 @@ def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: Layou
     return _MicroBatchCompute(
         tokens_mb=tokens_mb, gemm=gemm, eta=eta, busy_layers=busy_layers, gemm_mb=gemm_mb,
         elementwise_mb=elementwise_mb, dequant_mb=dequant_mb, compute_mb=compute_mb,
-        fwd_mb=fwd_mb, bwd_mb=bwd_mb, stage=sb)
+        fwd_mb=fwd_mb, bwd_mb=bwd_mb, bwd_fraction=np.asarray(bwd_fraction),
+        wgrad_fraction=np.asarray(wgrad_fraction), stage=sb)
 
 
 def _tp_comm_s(model: ModelSpec, lay: LayoutArrays, r: PrecisionRecipe, rc: np.ndarray,

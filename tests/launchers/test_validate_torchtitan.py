@@ -236,3 +236,44 @@ def test_pipeline_split_is_what_torchtitan_builds(tmp_path, monkeypatch, model, 
     assert layers[0][0] * vpp <= charged
     assert min(map(min, layers)) >= 1
     assert layers == stage_layers(num_layers, pp, vpp)  # the split the exporter meant
+
+
+@pytest.mark.parametrize(('pp', 'vpp', 'schedule'), [
+    (2, 2, 'InterleavedZeroBubble'), (4, 2, 'InterleavedZeroBubble'), (2, 1, '1F1B')])
+def test_zero_bubble_schedule_parses_and_torch_builds_it(tmp_path, pp, vpp, schedule):
+    """torchtitan 0.2.2 reads the schedule name, torch resolves it to a multi-stage class
+    for 2+ stages a rank and builds the schedule for the plan's (p, v, m) (on stand-in
+    stages: no process group), with the action order the planner simulates."""
+    import torch
+    from torch.distributed.pipelining import schedules
+
+    from planner.timing.pipeline_schedule import rank_orders
+
+    plan = make_plan(model='llama-3.1-8b', nodes=4, tp=2, pp=pp, vpp=vpp, zero=3,
+                     micro_batch=1, global_batch=256, seq_len=4096, framework='torchtitan')
+    plan = dataclasses.replace(plan, constraints=dataclasses.replace(plan.constraints,
+                                                                     zero_bubble=True))
+    config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
+    check_types(config)
+    p = config.parallelism
+    assert p.pipeline_parallel_schedule == schedule
+    cls = schedules.get_schedule_class(p.pipeline_parallel_schedule)
+    assert issubclass(cls, schedules.PipelineScheduleMulti) == (vpp > 1)
+    if vpp == 1:
+        return
+    m = plan.candidate.grad_accum
+
+    class Stage:  # what the schedule's constructor reads of a PipelineStage
+        def __init__(self, index: int) -> None:
+            self.stage_index, self.group_size, self.group_rank = index, pp, 0
+            self.num_stages, self.submod = pp * vpp, torch.nn.Linear(2, 2)
+            self.is_first, self.is_last = index == 0, index == pp * vpp - 1
+            self.stage_index_to_group_rank = {i: i % pp for i in range(pp * vpp)}
+
+    built = cls([Stage(k * pp) for k in range(vpp)], m)
+    c = schedules._ComputationType
+    kinds = {c.FORWARD: 'F', c.BACKWARD_INPUT: 'B', c.BACKWARD_WEIGHT: 'W',
+             c.FULL_BACKWARD: 'FULL'}
+    got = [[(a.stage_index, kinds[a.computation_type], a.microbatch_index)
+            for a in built.pipeline_order[r] if a is not None] for r in range(pp)]
+    assert got == rank_orders(schedule, pp, vpp, m)

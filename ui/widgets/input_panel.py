@@ -60,8 +60,9 @@ TIPS = {
         'per-block torch.compile (fuses the work between the GEMMs) and async TP (hides the '
         'TP collectives behind the GEMMs; needs compile); Megatron\'s --overlap-grad-reduce '
         '(the gradient reduce-scatter behind the backward); DeepSpeed\'s partition '
-        'activations (recomputed layers keep their input split over the TP ranks). Float8 '
-        'is the fp8 precision.'),
+        'activations (recomputed layers keep their input split over the TP ranks); '
+        'torchtitan\'s zero-bubble pipeline schedule (weight gradients fill the bubble where '
+        'a rank runs 2+ stages; not with compile). Float8 is the fp8 precision.'),
     'framework': QT_TRANSLATE_NOOP(
         'InputPanel', 'The software that runs the job: its layouts, ZeRO stages, recompute, '
         'precision, kernels and launchers. "any" ranks every stack that can run the model.'),
@@ -240,7 +241,7 @@ class InputPanel(QScrollArea):
             '--loop': self.loop_combo, '--loss': self.loss_combo,
             '--compile': self.switch_row, '--async-tp': self.switch_row,
             '--overlap-grad-reduce': self.switch_row,
-            '--partition-activations': self.switch_row,
+            '--partition-activations': self.switch_row, '--zero-bubble': self.switch_row,
         }
         self.set_inputs(PlanInputs())
         for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
@@ -372,7 +373,8 @@ class InputPanel(QScrollArea):
                              'overlap_grad_reduce': QCheckBox(
                                  translate('InputPanel', 'overlap grad reduce')),
                              'partition_activations': QCheckBox(
-                                 translate('InputPanel', 'partition activations'))}
+                                 translate('InputPanel', 'partition activations')),
+                             'zero_bubble': QCheckBox(translate('InputPanel', 'zero bubble'))}
         # one a line: side by side they would widen the dock past its 1024 px width
         self.switch_row = self._checks(form, translate('InputPanel', 'stack switches'),
                                        self.switch_boxes, TIPS['switches'], columns=1)
@@ -792,12 +794,15 @@ class InputPanel(QScrollArea):
                         else core_text(m))
         for z, box in self.zero_boxes.items():
             box.setEnabled(stack is None or z in stack.zero_stages)
-        # the stack's own switches: only for a stack that has them (async TP needs compile)
+        # the stack's own switches: only for a stack that has them (async TP needs compile;
+        # torch builds its zero-bubble schedules only without it)
         for name, box in self.switch_boxes.items():
             box.setEnabled(stack is not None and name in stack.options)
         compiled = self.switch_boxes['compile']
         if not (compiled.isChecked() and compiled.isEnabled()):
             self.switch_boxes['async_tp'].setEnabled(False)
+        else:
+            self.switch_boxes['zero_bubble'].setEnabled(False)
 
     def _edited(self, *_args) -> None:
         self._show_stack_choices()
