@@ -35,7 +35,7 @@ from planner.export.base import (
 from planner.export.launch import multi_node_notes, script_words, torchrun_words
 from planner.export.shell import command, comments
 from planner.export.textfmt import toml_lines
-from planner.timing.pipeline_schedule import schedule_name
+from planner.stacks.pipeline_schedule import schedule_name
 
 if TYPE_CHECKING:
     from planner.planfile.document import PlanFile

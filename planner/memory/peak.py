@@ -61,7 +61,7 @@ from planner.memory.stack_activations import stack_edge_bytes, stack_layer_terms
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
-from planner.timing.pipeline_schedule import zero_bubble_inflight
+from planner.stacks.pipeline_schedule import zero_bubble_inflight
 
 MIB = 2**20
 PHASES: tuple[str, ...] = ('forward_end', 'backward_start', 'backward_end', 'optimizer_step')
@@ -480,7 +480,7 @@ def _inflight(cfg: ConfigArrays, zero_bubble: bool = False) -> np.ndarray:
     ``ScheduleInterleaved1F1B`` in torch/distributed/pipelining/schedules.py).
     torch's ``ScheduleInterleavedZeroBubble`` (``zero_bubble``) warms up one forward less
     per hop and frees a chunk's activations at its W: min(m, p)
-    (``planner.timing.pipeline_schedule.zero_bubble_inflight``).
+    (``planner.stacks.pipeline_schedule.zero_bubble_inflight``).
     """
     pp, vpp, m = cfg.pp, cfg.vpp, cfg.grad_accum
     interleaved = np.minimum(m * vpp, pp * vpp + pp - 1) / np.maximum(vpp, 1)

@@ -94,7 +94,7 @@ class Stack:
             activation checkpointing option; ``zero_bubble``: torchtitan's
             ``InterleavedZeroBubble`` pipeline schedule); ``planner.timing.stack_speed``
             times torchtitan's compile and async TP, the DP overlap Megatron's, the memory
-            model and the TP traffic DeepSpeed's; ``planner.timing.pipeline_schedule`` the
+            model and the TP traffic DeepSpeed's; ``planner.stacks.pipeline_schedule`` the
             zero-bubble schedule's bubble and in-flight micro-batches.
         sources: where the facts come from (repository + path).
     """

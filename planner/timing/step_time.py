@@ -54,8 +54,8 @@ from planner.memory.recipes import OPTIMIZERS, RECIPES, OptimizerKind, Precision
 from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
+from planner.stacks.pipeline_schedule import zero_bubble_fraction
 from planner.timing.efficiency import CalibrationProfile, gemm_flops, matmul_efficiency
-from planner.timing.pipeline_schedule import zero_bubble_fraction
 from planner.timing.stack_speed import compiled_compute_s
 
 

@@ -247,7 +247,7 @@ def test_zero_bubble_schedule_parses_and_torch_builds_it(tmp_path, pp, vpp, sche
     import torch
     from torch.distributed.pipelining import schedules
 
-    from planner.timing.pipeline_schedule import rank_orders
+    from planner.stacks.pipeline_schedule import rank_orders
 
     plan = make_plan(model='llama-3.1-8b', nodes=4, tp=2, pp=pp, vpp=vpp, zero=3,
                      micro_batch=1, global_batch=256, seq_len=4096, framework='torchtitan')

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from planner.memory.peak import ConfigArrays, _inflight
-from planner.timing import pipeline_schedule as ps
+from planner.stacks import pipeline_schedule as ps
 
 GRID = [(p, v, k * p) for p in (2, 3, 4, 6, 8) for v in (2, 3, 4) for k in (1, 2, 3)]
 
