@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from planner.defaults import RECOMPUTE_MODES
-from planner.memory.peak import estimate_arrays
 from planner.plans.request import PlanRequest
 from planner.plans.result import STATUS_NO_FIT, STATUS_OK, SearchResult
 
@@ -298,13 +297,12 @@ def _memory(req: PlanRequest, batch: int) -> NoPlanExplanation:
     if grid is None or not len(grid):
         return NoPlanExplanation('memory', '--nodes', 'no layout fits in memory.',
                                  usable_bytes=usable)
-    opts = req.memory_options()
-    totals = np.broadcast_to(np.asarray(estimate_arrays(
-        req.model, opts, req.memory_config(grid), req.overheads, parts=False).total_bytes,
-        float), (len(grid),))
+    # each row with its own stack's recipe and kernels (the grid holds every mode)
+    totals = np.broadcast_to(np.asarray(req.memory_arrays(grid).total_bytes, float),
+                             (len(grid),))
     best = int(np.argmin(totals))
     row = grid.take(np.asarray([best]))
-    mem = estimate_arrays(req.model, opts, req.memory_config(row), req.overheads)
+    mem = req.memory_arrays(row, parts=True)
     parts = {k: float(np.ravel(v)[0]) for k, v in mem.components.items()}
     parts.update({k: float(np.ravel(v)[0]) for k, v in mem.overhead.items()})
     peak = float(totals[best])
@@ -315,7 +313,8 @@ def _memory(req: PlanRequest, batch: int) -> NoPlanExplanation:
             if _available(req, c, row)]
     if req.margin_fraction > 0.05:
         cuts.append('margin')
-    layout = (f'TP {int(row.tp[0])} · PP {int(row.pp[0])} · CP {int(row.cp[0])} · '
+    stack = req.plan_modes()[int(np.ravel(row.mode)[0])].stack
+    layout = (f'{stack}: TP {int(row.tp[0])} · PP {int(row.pp[0])} · CP {int(row.cp[0])} · '
               f'DP {int(row.dp[0])} · micro-batch {int(row.micro_batch[0])} · '
               f'ZeRO-{int(row.zero[0])} · recompute '
               f"{RECOMPUTE_MODES[int(row.recompute[0])]}")

@@ -65,6 +65,21 @@ def test_memory_names_dominant_part_and_a_cut():
     assert 'ZeRO-1' in why.text
 
 
+def test_memory_explains_the_search_own_smallest_peak_with_its_stack():
+    """With every stack searched, each layout is estimated with its own stack's recipe:
+    the explanation's smallest peak is the search's (the app's memory chart shows that
+    one), and it names the stack that reaches it."""
+    req = _request('llama-3.1-70b')
+    result = search(req)
+    assert result.status != 'ok'
+    why = explain_no_plan(req, result)
+    assert why.constraint == 'memory'
+    assert why.smallest_peak_bytes == pytest.approx(result.min_total_bytes, rel=1e-9)
+    stacks = {m.stack for m in req.plan_modes()}
+    assert len(stacks) > 1
+    assert any(f'({stack}: TP' in why.text for stack in stacks)
+
+
 def test_eager_scores_suggest_flash():
     why = _why(_request('llama-3.1-8b', seq_len=65536, global_batch=8, attention='eager',
                         limits=LayoutLimits(cp=(1,), tp=(1,), pp=(1,)), zero_stages=(3,)))
