@@ -8,6 +8,7 @@ from planner.hardware.devices import GpuSpec
 from planner.memory.peak import MemoryEstimate
 from planner.memory.training import TrainingSetup
 from planner.models.spec import ModelSpec
+from planner.stacks import STACKS
 from planner.units import gib
 
 # Display order and words for the named parts.
@@ -37,6 +38,14 @@ OVERHEAD_LABELS: dict[str, str] = {
     'allocator_reserve': 'allocator reserve',
 }
 
+
+
+def _loop_words(s: TrainingSetup) -> str:
+    """The training loop the estimate assumed: the user's choice where the stack runs the
+    user's own loop, else the stack's trainer (which keeps only the loss)."""
+    if STACKS[s.framework].user_loop:
+        return f'loop {s.loop} ({LOOP_WORDS[s.loop]})'
+    return "loop: the stack's own (it keeps only the loss, not the model output)"
 
 def estimate_json(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
                   gpu: GpuSpec | None) -> dict[str, Any]:
@@ -84,7 +93,7 @@ def estimate_text(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
         f'  {s.precision} · {s.optimizer} · ZeRO-{s.zero}'
         + (f' (offload {s.offload})' if s.offload != 'none' else '')
         + f' · recompute {s.recompute} · {s.attention} attention · stack {s.framework}',
-        f'  loop {s.loop} ({LOOP_WORDS[s.loop]}) · loss {s.loss_kind}',
+        f'  {_loop_words(s)} · loss {s.loss_kind}',
         f'  TP {s.tp} · PP {s.pp}' + (f' (x{s.vpp} virtual)' if s.vpp > 1 else '')
         + f' · CP {s.cp} · EP {s.ep} · DP {s.dp} = {s.world_size} GPU'
         + ('s' if s.world_size > 1 else '')

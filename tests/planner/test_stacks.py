@@ -537,3 +537,17 @@ def test_partition_activations_splits_deepspeed_checkpoints_over_tp(capsys, tmp_
                            '--framework', 'megatron', '--partition-activations')
     assert code == 2
     assert 'deepspeed' in err
+
+
+@pytest.mark.parametrize(('framework', 'own_loop'), [('hf', True), ('torchtitan', False),
+                                                      ('megatron', False)])
+def test_estimate_names_the_loop_the_stack_really_runs(capsys, framework, own_loop):
+    """``--loop`` is the user's training loop: it applies to the hf stack only; the other
+    stacks' trainers keep only the loss, and the estimate says so."""
+    code = main(['estimate', '--model', 'llama-3.1-8b', '--seq-len', '4096',
+                 '--micro-batch', '1', '--gpus-per-node', '8', '--framework', framework,
+                 '--zero', '3' if framework != 'megatron' else '1'])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert ('loop keep-outputs' in out) == own_loop
+    assert ("the stack's own" in out) == (not own_loop)
