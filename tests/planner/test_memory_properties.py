@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planner.defaults import RECOMPUTE_MODES
 from planner.errors import InputError
 from planner.memory.peak import (
     ConfigArrays,
@@ -77,6 +78,27 @@ def test_recompute_full_le_selective_le_none(d):
     per_layer = [estimate(model, s.with_changes(recompute=r)).activations_per_layer_bytes
                  for r in ('full', 'selective', 'none')]
     assert per_layer[0] <= per_layer[1] <= per_layer[2]
+
+
+@settings(max_examples=100, deadline=None)
+@given(setups, st.sampled_from(['megatron', 'torchtitan']), st.sampled_from([1, 2]))
+def test_half_recompute_sits_between_full_and_none(d, framework, vpp):
+    """``half`` (every other layer recomputed) keeps no less than full recompute and no
+    more than none at its peak and at the end of forward (the bottom layer's backward
+    may hold a checkpoint input none keeps: a recomputed layer's eager mask); its parts
+    add up to its peak."""
+    precision = 'bf16-mixed' if framework == 'megatron' else 'fsdp-bf16'
+    zero = min(d['zero'], 1) if framework == 'megatron' else max(d['zero'], 2)
+    pp = d['pp'] if vpp == 1 or d['pp'] > 1 else 2
+    model, s = _setup(d, framework=framework, precision=precision, zero=zero, pp=pp, vpp=vpp,
+                      optimizer='adamw')
+    full, half, none = (estimate(model, s.with_changes(recompute=r))
+                        for r in ('full', 'half', 'none'))
+    assert full.tensor_peak_bytes <= half.tensor_peak_bytes <= none.tensor_peak_bytes
+    assert full.phases['forward_end'] <= half.phases['forward_end'] <= none.phases[
+        'forward_end']
+    assert sum(half.components.values()) == pytest.approx(half.tensor_peak_bytes,
+                                                          abs=len(half.components))
 
 
 @settings(max_examples=100, deadline=None)
@@ -167,14 +189,14 @@ def test_vectorised_matches_single_configuration():
     base = TrainingSetup(seq_len=2048, precision='amp-bf16', dp=8)
     b = np.arange(1, 5)[:, None, None]
     zero = np.arange(4)[None, :, None]
-    rc = np.arange(3)[None, None, :]
+    modes = RECOMPUTE_MODES
+    rc = np.arange(len(modes))[None, None, :]
     cfg = ConfigArrays.from_setup(base)
     cfg.micro_batch, cfg.zero, cfg.recompute = b, zero, rc
     grid = estimate_arrays(model, MemoryOptions.from_setup(base), cfg)
-    modes = ('none', 'selective', 'full')
     for i in range(4):
         for z in range(4):
-            for r in range(3):
+            for r in range(len(modes)):
                 one = estimate(model, base.with_changes(micro_batch=i + 1, zero=z,
                                                         recompute=modes[r]))
                 assert float(grid.tensor_peak_bytes[i, z, r]) == pytest.approx(
