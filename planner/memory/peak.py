@@ -313,9 +313,12 @@ def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, 
                             bottom_rebuilt=layer_full)
     else:
         extra = _lora_extras(model, r, lora, opts.attention, at, layer_full, fwd_tmp)
-    # The top layer's backward under full recompute rebuilds its activations first
-    # (under ``half`` too, whichever layer of the chunk ends up on top: the larger).
-    top_bwd_tmp = bwd_tmp + np.where(_whole_layers(at.recompute), extra.top_rebuilt, 0.0)
+    # The top layer's backward under full recompute rebuilds its activations first. Under
+    # ``half`` the top layer keeps them (Megatron's block method recomputes a chunk's
+    # first layers); where torchtitan's even-index rule recomputes it instead, the stage
+    # keeps one layer fewer than counted, which outweighs the rebuild.
+    top_bwd_tmp = bwd_tmp + np.where(at.recompute == RECOMPUTE_CODES['full'],
+                                     extra.top_rebuilt, 0.0)
     if rows is not None:
         layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp = (
             rows.spread(a) for a in (layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp))
@@ -684,7 +687,7 @@ def _backward_start(sh: _Shared, f: _StageFigures, rc: np.ndarray,
                     'activations': f.acts - f.last_saved,
                     'backward_temp': sh.top_bwd_tmp, 'unsharded_grad': ms.unsharded_grad_top,
                     'autocast_copies': casts.stored - casts.head
-                    + np.where(_whole_layers(rc), casts.layer, 0.0)}
+                    + np.where(rc == RECOMPUTE_CODES['full'], casts.layer, 0.0)}
     if lora:
         # The top layer's MLP backward follows its output projection's (whose casts are
         # freed); under full recompute its recomputation comes first, every cast made.
