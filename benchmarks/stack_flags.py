@@ -76,7 +76,8 @@ class StackConfig:
         seq_len, micro_batch: tokens per sequence, sequences per micro-batch.
         fake: measured under FakeTensorMode (no allocation); False: a real allocating
             CPU run on the fake process group.
-        today, target: batchfit's ``TrainingSetup`` arguments, see the module docstring.
+        today, target: batchfit's ``TrainingSetup`` arguments, see the module docstring;
+            ``today`` empty: as ``target`` (a row that arrived with the stacks).
         tolerance: the relative error of batchfit's tensor peak that a test accepts.
         gap_today: why batchfit today is outside ``tolerance`` (empty: it is inside);
             names the xfail of tests/stacks.
@@ -126,17 +127,13 @@ CONFIGS: tuple[StackConfig, ...] = (
         today={'dp': 2, 'tp': 2, 'zero': 3},
         target={'dp': 2, 'tp': 2, 'zero': 3, 'framework': 'torchtitan', 'precision': ''},
         gap_today='as fsdp2-zero3-d2, with TP+SP and a vocab-parallel loss'),
-    # Full AC arrived with the stacks: its flags are the same in both sets
+    # Full AC and half recompute arrived with the stacks (no ``today`` flags of their own)
     StackConfig(
         'fsdp2-tp2-d2-ac', 'torchtitan', 'fsdp2', dp=2, tp=2, ac='full',
-        today={'dp': 2, 'tp': 2, 'zero': 3, 'recompute': 'full', 'framework': 'torchtitan',
-               'precision': ''},
         target={'dp': 2, 'tp': 2, 'zero': 3, 'recompute': 'full', 'framework': 'torchtitan',
                 'precision': ''}),
     StackConfig(
         'fsdp2-zero3-d2-half', 'torchtitan', 'fsdp2', dp=2, ac='half',
-        today={'dp': 2, 'zero': 3, 'recompute': 'half', 'framework': 'torchtitan',
-               'precision': ''},
         target={'dp': 2, 'zero': 3, 'recompute': 'half', 'framework': 'torchtitan',
                 'precision': ''}),
     StackConfig(
@@ -146,18 +143,15 @@ CONFIGS: tuple[StackConfig, ...] = (
                 'precision': ''},
         gap_today='under PP torchtitan keeps the bf16 stage parameters gathered '
                   '(no reshard after forward) and fp32 unsharded accumulated grads'),
-    # HSDP arrived with the stacks: its flags are the same in both sets
+    # HSDP arrived with the stacks (no ``today`` flags of its own)
     StackConfig(
         'hsdp-r2-d4', 'torchtitan', 'fsdp2', dp=4, replicate=2,
-        today={'dp': 4, 'zero': 3, 'dp_replicate': 2, 'framework': 'torchtitan',
-               'precision': ''},
         target={'dp': 4, 'zero': 3, 'dp_replicate': 2, 'framework': 'torchtitan',
                 'precision': ''}),
     # HSDP through accelerate (hf stack): its fsdp2_prepare_model over ParallelismConfig's
     # ("dp_replicate", "dp_shard") mesh, 2 replicas of 2-rank shard groups
     StackConfig(
         'hf-hsdp-r2-d4', 'hf', 'hf-fsdp2', dp=4, replicate=2,
-        today={'dp': 4, 'zero': 3, 'dp_replicate': 2, 'framework': 'hf', 'precision': ''},
         target={'dp': 4, 'zero': 3, 'dp_replicate': 2, 'framework': 'hf', 'precision': ''}),
     # A real allocating run (DDP's reducer needs real storage); sequence 64 because CPU
     # bf16 autocast is slow on a CPU without bf16 instructions (about 25 s at 256).
@@ -176,7 +170,7 @@ def setup_kwargs(config: StackConfig, flags: str | None = None) -> dict[str, Any
     flags = flags or default_flags()
     if flags not in FLAG_SETS:
         raise ValueError(f'flag set {flags!r}: allowed {", ".join(FLAG_SETS)}')
-    chosen = config.today if flags == 'today' else config.target
+    chosen = config.today or config.target if flags == 'today' else config.target
     return {'seq_len': config.seq_len, 'micro_batch': config.micro_batch, **chosen}
 
 

@@ -10,11 +10,13 @@ nothing else ran.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import subprocess
 from pathlib import Path
 
 from planner.errors import InputError
+from planner.export.base import stage_layers
 from planner.hardware.catalog import find_gpu, find_interconnect
 from planner.memory.training import LoraSpec
 from planner.models.presets import find_preset
@@ -177,3 +179,16 @@ def launch_comment(text: str) -> str:
         if not body.endswith('\\'):
             break
     return '\n'.join(out) + '\n'
+
+
+def check_stage_layers(layers: list[list[int]], num_layers: int, pp: int, vpp: int) -> None:
+    """Every layer built once, and no rank (nor the first rank's first virtual stage, in
+    flight most often) over the memory model's share: ceil(layers / pp) a rank, 1/vpp of
+    it a virtual stage (planner/memory/peak.py ``estimate_arrays``, ``_inflight``)."""
+    charged = math.ceil(num_layers / pp)
+    assert (len(layers), {len(r) for r in layers}) == (pp, {vpp})
+    assert sum(map(sum, layers)) == num_layers
+    assert max(map(sum, layers)) <= charged
+    assert layers[0][0] * vpp <= charged
+    assert min(map(min, layers)) >= 1
+    assert layers == stage_layers(num_layers, pp, vpp)  # the split the exporter meant

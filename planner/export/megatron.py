@@ -33,7 +33,7 @@ from planner.export.launch import (
     torchrun_words,
 )
 from planner.export.shell import quote
-from planner.memory.activations import half_recomputed_layers
+from planner.memory.activations import half_recomputed_per_chunk
 
 if TYPE_CHECKING:
     from planner.models.spec import ModelSpec
@@ -87,7 +87,7 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
     elif c.recompute == 'half':
         # the first N layers of each model chunk, N half its layers rounded down: what
         # the memory estimate kept whole (planner.memory.activations.half_recomputed_layers)
-        half = int(half_recomputed_layers(m.num_layers, c.pp, c.vpp)) // max(c.vpp, 1)
+        half = int(half_recomputed_per_chunk(m.num_layers, c.pp, c.vpp))
         if half:
             args += [('--recompute-granularity', 'full'), ('--recompute-method', 'block'),
                      ('--recompute-num-layers', half)]

@@ -39,13 +39,29 @@ CORE_RECOMPUTE_SHARE = np.array([0.0, 1.0, 1.0, 0.5])
 RECOMPUTE_ORDER = np.array([0, 1, 3, 2])
 
 
-def half_recomputed_layers(layers: int, pp, vpp) -> np.ndarray:
-    """Layers of the first stage that ``half`` recomputes: every model chunk of
-    ceil(L/(p·v)) layers recomputes the floor of its half (at least the chunk's other
-    half keeps its activations), capped by the stage's layers."""
+def by_recompute_code(none, selective, full) -> np.ndarray:
+    """A figure by recompute code from its value without recompute, under selective and
+    under full recompute: ``half`` recomputes its share of the layers
+    (``FULL_RECOMPUTE_SHARE``), so it takes that share of the way from none to full."""
+    none, full = np.asarray(none, float), np.asarray(full, float)
+    half = none + FULL_RECOMPUTE_SHARE[RECOMPUTE_CODES['half']] * (full - none)
+    return np.stack(np.broadcast_arrays(none, np.asarray(selective, float), full, half))
+
+
+def half_recomputed_per_chunk(layers: int, pp, vpp) -> np.ndarray:
+    """Layers of one model chunk (ceil(L/(p·v)), the first rank's) that ``half``
+    recomputes: the floor of its half, so at least the other half keeps its
+    activations (Megatron's ``--recompute-num-layers`` with ``--recompute-method
+    block``)."""
     v = np.maximum(np.asarray(vpp), 1)
-    chunk = np.ceil(layers / (np.asarray(pp) * v))
-    return np.floor(chunk / 2) * v
+    return np.floor(np.ceil(layers / (np.asarray(pp) * v)) / 2)
+
+
+def half_recomputed_layers(layers: int, pp, vpp) -> np.ndarray:
+    """Layers of the first stage that ``half`` recomputes: its chunks' together."""
+    return half_recomputed_per_chunk(layers, pp, vpp) * np.maximum(np.asarray(vpp), 1)
+
+
 MASK_BYTES = 1  # dropout masks are bool tensors
 
 

@@ -38,6 +38,7 @@ from planner.memory.activations import (
     RECOMPUTE_CODES,
     EdgeBytes,
     LayerTerms,
+    by_recompute_code,
     edge_bytes,
     half_recomputed_layers,
     lora_dequant_bytes,
@@ -448,7 +449,7 @@ def _lora_extras(model: ModelSpec, r: PrecisionRecipe, lora: LoraSpec, attention
 
 def _whole_layers(recompute: np.ndarray) -> np.ndarray:
     """Where a mode recomputes whole layers (``full``, ``half``): their checkpoint inputs
-    live to the bottom layer's backward and the top layer's backward rebuilds it."""
+    live to the bottom layer's backward, which rebuilds that (recomputed) layer first."""
     return FULL_RECOMPUTE_SHARE[np.asarray(recompute)] > 0
 
 
@@ -466,9 +467,8 @@ def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions
                                    opts.partition_activations)
                  .bytes(cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp, sp, model.hidden_size,
                         model.num_heads) for mode in ('none', 'selective', 'full')]
-    per_layer.append(0.5 * (per_layer[0] + per_layer[2]))
-    return (np.choose(cfg.recompute, np.broadcast_arrays(*per_layer)), per_layer[0],
-            per_layer[2])
+    by_code = by_recompute_code(*per_layer)
+    return np.choose(cfg.recompute, by_code), by_code[0], by_code[2]
 
 
 def _inflight(cfg: ConfigArrays, zero_bubble: bool = False) -> np.ndarray:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.memory.activations import FULL_RECOMPUTE_SHARE
+from planner.memory.activations import FULL_RECOMPUTE_SHARE, by_recompute_code
 
 if TYPE_CHECKING:
     from planner.models.spec import ModelSpec
@@ -129,7 +129,7 @@ def float8_saved_flops(model: ModelSpec, recompute_flops_per_layer: np.ndarray) 
     torchtitan's op-level SAC recomputes (``recompute_flops_per_layer[1]``), times
     ``1 - 1/FP8_GEMM_SPEEDUP``."""
     p = float8_linear_params(model)
-    linear = np.array([6.0 * p, 6.0 * p + recompute_flops_per_layer[1], 8.0 * p, 7.0 * p])
+    linear = by_recompute_code(6.0 * p, 6.0 * p + recompute_flops_per_layer[1], 8.0 * p)
     return linear * (1.0 - 1.0 / FP8_GEMM_SPEEDUP)
 
 
@@ -142,5 +142,4 @@ def float8_cast_bytes(model: ModelSpec, compiled: bool) -> np.ndarray:
     inputs = sum(a * (b > 0) for a, b in shapes)  # a linear of no width casts nothing
     outputs = sum(b for _, b in shapes)
     once = per * (inputs + outputs)
-    return np.array([once, once + 0.5 * per * inputs, once + per * inputs,
-                     once + 0.5 * per * inputs])
+    return by_recompute_code(once, once + 0.5 * per * inputs, once + per * inputs)

@@ -41,7 +41,11 @@ from planner.defaults import (
 )
 from planner.errors import InputError
 from planner.hardware.devices import GpuSpec, LinkSpec
-from planner.memory.activations import CORE_RECOMPUTE_SHARE, FULL_RECOMPUTE_SHARE
+from planner.memory.activations import (
+    CORE_RECOMPUTE_SHARE,
+    FULL_RECOMPUTE_SHARE,
+    by_recompute_code,
+)
 from planner.memory.model_states import (
     ADAPTER_BYTES,
     expert_tp,
@@ -209,7 +213,7 @@ def _elementwise_bytes_per_token(model: ModelSpec, seq_len: int, attention: str,
     fwd = hidden + scores
     # none: fwd + 2x bwd; selective re-runs the softmax; full re-runs the whole forward;
     # half re-runs half the layers' forward.
-    return act_bytes * np.array([3 * fwd, 3 * fwd + scores, 4 * fwd, 3.5 * fwd])
+    return act_bytes * by_recompute_code(3 * fwd, 3 * fwd + scores, 4 * fwd)
 
 
 # ---- LoRA / QLoRA (docs/time-model.md §1.7) ------------------------------------------------
@@ -300,7 +304,7 @@ def _adapter_bytes_per_token(model: ModelSpec, r: PrecisionRecipe,
     fan_in, fan_out = sum(i for i, _ in shapes), sum(o for _, o in shapes)
     fwd = r.act_bytes * (in_fwd * fan_in + out_fwd * fan_out)
     bwd = r.act_bytes * (in_bwd * fan_in + ADAPTER_OUT_BWD * fan_out)
-    return np.array([fwd + bwd, fwd + bwd, 2 * fwd + bwd, 1.5 * fwd + bwd])
+    return by_recompute_code(fwd + bwd, fwd + bwd, 2 * fwd + bwd)
 
 
 def _dequant_bytes_per_param(r: PrecisionRecipe, lora: LoraSpec | None) -> np.ndarray:
@@ -315,7 +319,7 @@ def _dequant_bytes_per_param(r: PrecisionRecipe, lora: LoraSpec | None) -> np.nd
         return np.zeros(len(RECOMPUTE_MODES))
     per_use = lora_base_bytes_per_param(r, lora) + lora.frozen_bytes(r.act_bytes)
     per_use += NF4_ABSMAX_BYTES if lora.base_bits == 4 else 0.0
-    return per_use * np.array([2.0, 2.0, 3.0, 2.5])
+    return per_use * by_recompute_code(2.0, 2.0, 3.0)
 
 
 @dataclass

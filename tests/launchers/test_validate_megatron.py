@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import warnings
 
 import pytest
 
 from planner.export import export_plan
-from planner.export.base import stage_layers
-from tests.export_helpers import make_plan, recorded_argv, recorded_env, run_script
+from tests.export_helpers import (
+    check_stage_layers,
+    make_plan,
+    recorded_argv,
+    recorded_env,
+    run_script,
+)
 from tests.launchers.torchrun_check import check_launch
 
 pytest.importorskip('megatron.core.num_microbatches_calculator')
@@ -201,19 +205,6 @@ def megatron_layers(config, monkeypatch) -> list[list[int]]:
         layers.append([get_num_layers_to_build(config, vp_stage=v if vpp else None,
                                                pp_rank=rank) for v in range(vpp or 1)])
     return layers
-
-
-def check_stage_layers(layers: list[list[int]], num_layers: int, pp: int, vpp: int) -> None:
-    """Every layer built once, and no rank (nor the first rank's first virtual stage, in
-    flight most often) over the memory model's share: ceil(layers / pp) a rank, 1/vpp of
-    it a virtual stage (planner/memory/peak.py ``estimate_arrays``, ``_inflight``)."""
-    charged = math.ceil(num_layers / pp)
-    assert (len(layers), {len(r) for r in layers}) == (pp, {vpp})
-    assert sum(map(sum, layers)) == num_layers
-    assert max(map(sum, layers)) <= charged
-    assert layers[0][0] * vpp <= charged
-    assert min(map(min, layers)) >= 1
-    assert layers == stage_layers(num_layers, pp, vpp)  # the split the exporter meant
 
 
 @pytest.mark.parametrize(('model', 'nodes', 'pp', 'vpp'), [

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import math
 import typing
 
 import pytest
 
 from planner.export import ExportOptions, export_plan
-from planner.export.base import stage_layers
-from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_script
+from tests.export_helpers import (
+    check_stage_layers,
+    launch_comment,
+    make_plan,
+    recorded_argv,
+    run_script,
+)
 from tests.launchers.torchrun_check import check_launch
 from tests.launchers.torchtitan_check import stub_triton_kernels
 
@@ -226,16 +230,7 @@ def test_pipeline_split_is_what_torchtitan_builds(tmp_path, monkeypatch, model, 
     config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
     check_types(config)
     num_layers = plan.model.spec.num_layers
-    layers = titan_layers(config, num_layers, monkeypatch)
-    # planner/memory/peak.py charges ceil(layers / pp) a rank, 1/vpp of it for each of
-    # the first rank's in-flight virtual stages (estimate_arrays, _inflight)
-    charged = math.ceil(num_layers / pp)
-    assert (len(layers), {len(r) for r in layers}) == (pp, {vpp})
-    assert sum(map(sum, layers)) == num_layers
-    assert max(map(sum, layers)) <= charged
-    assert layers[0][0] * vpp <= charged
-    assert min(map(min, layers)) >= 1
-    assert layers == stage_layers(num_layers, pp, vpp)  # the split the exporter meant
+    check_stage_layers(titan_layers(config, num_layers, monkeypatch), num_layers, pp, vpp)
 
 
 @pytest.mark.parametrize(('pp', 'vpp', 'schedule'), [

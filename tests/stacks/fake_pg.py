@@ -201,6 +201,24 @@ def _snapshot(tracker) -> tuple[int, dict[str, int]]:
     return int(by_cat.pop('Total')), by_cat
 
 
+def _two_steps(tracker, optimizer, model, n_global: int, forward_backward,
+               context: contextlib.AbstractContextManager | None = None):
+    """Two steps of ``forward_backward`` and the optimizer under ``tracker`` (and
+    ``context``), the first a warm-up whose module stats are dropped, so the peak is a
+    step's with the optimizer states already there; rank 0's figures as ``measure``
+    returns them."""
+    with tracker, context or contextlib.nullcontext():
+        for step in range(2):
+            forward_backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if step == 0:
+                tracker.reset_mod_stats()
+    peak, by_cat = _snapshot(tracker)
+    return (peak, by_cat, _state_bytes(optimizer), _local_bytes(model.parameters()),
+            n_global)
+
+
 def _titan_loss(pred, labels):
     from torchtitan.components.loss import cross_entropy_loss
 
@@ -250,18 +268,12 @@ def _run_fsdp2(config: StackConfig, mode):
         loss_ctx = loss_parallel if tp_mesh is not None else contextlib.nullcontext
         tracker = FSDPMemTracker(model, optimizer)
         tracker.track_inputs((tokens, labels))
-        with tracker:
-            for step in range(2):
-                with loss_ctx():
-                    loss = _titan_loss(model(tokens), labels)
-                    loss.backward()
-                optimizer.step()
-                optimizer.zero_grad()
-                if step == 0:
-                    tracker.reset_mod_stats()
-        peak, by_cat = _snapshot(tracker)
-        return (peak, by_cat, _state_bytes(optimizer), _local_bytes(model.parameters()),
-                n_global)
+
+        def forward_backward() -> None:
+            with loss_ctx():
+                _titan_loss(model(tokens), labels).backward()
+
+        return _two_steps(tracker, optimizer, model, n_global, forward_backward)
 
 
 def _run_fsdp2_pp(config: StackConfig, mode):
@@ -299,33 +311,28 @@ def _run_fsdp2_pp(config: StackConfig, mode):
         tracker = FSDPMemTracker(model, optimizer)
         tracker.track_inputs(tuple(tokens))
         order = _one_f_one_b(m, warmup=min(config.pp, m))
-        with tracker:
-            for step in range(2):
-                outputs = {}
-                for kind, i in order:
-                    if kind == 'F':
-                        outputs[i] = model(tokens[i])
-                    else:
-                        model.set_is_last_backward(False)
-                        model.set_reshard_after_backward(False)
-                        model.set_requires_gradient_sync(False)
-                        out = outputs.pop(i)
-                        out.backward(torch.ones_like(out))
-                model.set_is_last_backward(True)
-                model.set_reshard_after_backward(True)
-                model.set_requires_gradient_sync(True)
-                state = fully_shard.state(model)
-                for sub in state._state_ctx.all_states:
-                    for group in sub._fsdp_param_groups:
-                        group.post_backward()
-                state._root_post_backward_final_callback()
-                optimizer.step()
-                optimizer.zero_grad()
-                if step == 0:
-                    tracker.reset_mod_stats()
-        peak, by_cat = _snapshot(tracker)
-        return (peak, by_cat, _state_bytes(optimizer), _local_bytes(model.parameters()),
-                n_global)
+
+        def forward_backward() -> None:
+            outputs = {}
+            for kind, i in order:
+                if kind == 'F':
+                    outputs[i] = model(tokens[i])
+                else:
+                    model.set_is_last_backward(False)
+                    model.set_reshard_after_backward(False)
+                    model.set_requires_gradient_sync(False)
+                    out = outputs.pop(i)
+                    out.backward(torch.ones_like(out))
+            model.set_is_last_backward(True)
+            model.set_reshard_after_backward(True)
+            model.set_requires_gradient_sync(True)
+            state = fully_shard.state(model)
+            for sub in state._state_ctx.all_states:
+                for group in sub._fsdp_param_groups:
+                    group.post_backward()
+            state._root_post_backward_final_callback()
+
+        return _two_steps(tracker, optimizer, model, n_global, forward_backward)
 
 
 def _keep_stage(model, names: list[str]) -> None:
@@ -390,18 +397,14 @@ def _run_ddp(config: StackConfig, mode):
         tokens = torch.randint(0, cfg.vocab_size, (b, s))
         tracker = MemTracker()
         tracker.track_external(ddp, optimizer, tokens)
-        with tracker, CudaAutocastPolicy():
-            for step in range(2):
-                with torch.autocast('cpu', dtype=torch.bfloat16):
-                    loss = ddp(input_ids=tokens, labels=tokens).loss
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad()
-                if step == 0:
-                    tracker.reset_mod_stats()
-        peak, by_cat = _snapshot(tracker)
-        return (peak, by_cat, _state_bytes(optimizer), _local_bytes(model.parameters()),
-                n_global)
+
+        def forward_backward() -> None:
+            with torch.autocast('cpu', dtype=torch.bfloat16):
+                loss = ddp(input_ids=tokens, labels=tokens).loss
+            loss.backward()
+
+        return _two_steps(tracker, optimizer, model, n_global, forward_backward,
+                          CudaAutocastPolicy())
 
 
 def _run_hf_fsdp2(config: StackConfig, mode):
@@ -457,17 +460,12 @@ def _run_hf_fsdp2(config: StackConfig, mode):
         tokens = torch.randint(0, cfg.vocab_size, (b, s))
         tracker = FSDPMemTracker(model, optimizer)
         tracker.track_inputs((tokens,))
-        with tracker, CudaAutocastPolicy():
-            for step in range(2):
-                loss = model(input_ids=tokens, labels=tokens).loss
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad()
-                if step == 0:
-                    tracker.reset_mod_stats()
-        peak, by_cat = _snapshot(tracker)
-        return (peak, by_cat, _state_bytes(optimizer), _local_bytes(model.parameters()),
-                n_global)
+
+        def forward_backward() -> None:
+            model(input_ids=tokens, labels=tokens).loss.backward()
+
+        return _two_steps(tracker, optimizer, model, n_global, forward_backward,
+                          CudaAutocastPolicy())
 
 
 def _main(argv: list[str] | None = None) -> int:
