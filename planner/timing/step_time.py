@@ -204,6 +204,22 @@ class StepTimeArrays:
 ELEMENTWISE_FWD_PER_H = 20.0
 SOFTMAX_FWD_PER_SCORE = 4.5
 
+# Bytes the cross-entropy moves per logit (forward and backward; never recomputed), by the
+# stack's loss (``Stack.loss``), counted from the kernels each one runs on the bf16 logits:
+# * ``hf`` (transformers transformers/loss/loss_utils.py ``ForCausalLMLoss``; torchtitan
+#   torchtitan/components/loss.py ``cross_entropy_loss``): ``logits.float()`` (read 2,
+#   write 4), aten's log-softmax over a row too long for shared memory (max, sum of exp,
+#   then write: read 3 x 4, write 4), nll_loss's backward zero-filling a logits-sized
+#   gradient (write 4), the log-softmax backward (sum of the gradient, then read it with
+#   the output and write: 4 + 8 + 4) and the cast back to bf16 (read 4, write 2): 48.
+#   torchtitan's loss parallel (torch/distributed/tensor/parallel/loss.py) runs the same
+#   passes on its vocabulary shard.
+# * ``megatron`` (NVIDIA/Megatron-LM megatron/core/tensor_parallel/cross_entropy.py, the
+#   default: ``cross_entropy_loss_fusion`` is off in model_parallel_config.py): ``.float()``
+#   (2 + 4), max (4), in-place subtract, exp and divide (3 x 8), sum (4) forward; the
+#   in-place multiply by the output gradient (8) and the cast to bf16 (4 + 2) backward: 52.
+LOSS_BYTES_PER_LOGIT: dict[str, float] = {'hf': 48.0, 'megatron': 52.0}
+
 
 def _elementwise_bytes_per_token(model: ModelSpec, seq_len: int, attention: str,
                                  act_bytes: int) -> np.ndarray:
@@ -469,7 +485,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     rc = np.asarray(lay.recompute)
     mb = _microbatch_compute(model, seq_len, gpu, lay, r, lora, attention=attention,
                              torchtitan=stack.key == 'torchtitan', calibration=calibration,
-                             framework=framework, peak=peak, links=links, o=o)
+                             framework=framework, loss=stack.loss, peak=peak, links=links,
+                             o=o)
     tp_mb = _tp_comm_s(model, lay, r, rc, mb, links, o, partition_activations)
     cp_mb = _cp_comm_s(model, seq_len, lay, r, rc, attention == 'flash', mb, peak, links, o)
     pp_mb = _pp_comm_s(model, lay, r, mb, links, o)
@@ -552,7 +569,7 @@ class _MicroBatchCompute:
 def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: LayoutArrays,
                         r: PrecisionRecipe, lora: LoraSpec | None, *, attention: str,
                         torchtitan: bool, calibration: CalibrationProfile | Mapping | None,
-                        framework: str, peak: float, links: _Links,
+                        framework: str, loss: str, peak: float, links: _Links,
                         o: StepTimeOptions) -> _MicroBatchCompute:
     """FLOPs the GPUs execute (causal saving only with flash attention) and the
     memory-bound work between them, for one micro-batch on the busiest stage."""
@@ -591,7 +608,12 @@ def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: Layou
                    + _adapter_bytes_per_token(model, r, lora)[rc])
     sb = _stage_bytes(model, r, t, p, lora, lay.ep, lay.etp)
     dequant_mb = sb.quantized * _dequant_bytes_per_param(r, lora)[rc] / hbm_bps
-    elementwise_mb = busy_layers * elementwise * tokens_mb / t / hbm_bps + dequant_mb
+    # The loss runs on the last stage over the rank's vocabulary shard (vocab-parallel
+    # under TP); that stage's memory-bound work is its layers' plus the loss.
+    layer_elementwise_mb = elementwise * tokens_mb / t / hbm_bps
+    loss_mb = tokens_mb * model.vocab_size / t * LOSS_BYTES_PER_LOGIT[loss] / hbm_bps
+    elementwise_mb = np.maximum(first_layers * layer_elementwise_mb,
+                                last_layers * layer_elementwise_mb + loss_mb) + dequant_mb
     gemm_mb = stage_tok * tokens_mb / t / (peak * eta)
     if r.float8_linears:  # torchao Float8Linear (planner.timing.stack_speed)
         gemm_mb, elementwise_mb = _float8_compute(model, r, o, per_mode - head_tok, rc,
