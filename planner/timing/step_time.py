@@ -232,6 +232,48 @@ def _elementwise_bytes_per_token(model: ModelSpec, seq_len: int, attention: str,
     return act_bytes * by_recompute_code(3 * fwd, 3 * fwd + scores, 4 * fwd)
 
 
+# Megatron-Core's grouped experts (NVIDIA/Megatron-LM megatron/core/transformer/moe/
+# experts.py ``TEGroupedMLP``, at d7288711, the Megatron-LM of Megatron-Bridge 0.4.x and the
+# 26.04 containers, and unchanged at d98e8a6) run two steps of GPT-OSS's expert MLP as
+# eager PyTorch ops outside the fused activation kernel, on the routed copies of each token
+# (k·f of the fc1 output's halves, k·h of the fc2 output; bytes per element of each, in
+# 2-byte elements):
+# * the clamp (``activation_func_clamp_value``; megatron/core/fusions/fused_bias_geglu.py
+#   ``weighted_bias_quick_geglu_impl``): ``x_glu.clamp(max)`` and ``x_linear.clamp(-c, c)``
+#   read and write their half (4 + 4), ``torch.cat`` of the two reads and writes both
+#   (8); backward, torch's ``clamp_backward`` (torch/csrc/autograd/FunctionsManual.cpp)
+#   is ``where(self <= max, grad, 0)`` (compare: read 2, write a 1-byte mask; where: read
+#   1 + 2, write 2: 8) on one half and ``where((self >= min).logical_and_(self <= max),
+#   grad, 0)`` (3 + 3 + 3 + 5: 14) on the other, and ``chunk``'s backward concatenates
+#   the two gradients (read and write both: 8): 16 forward + 30 backward per k·f element;
+# * the fc2 bias (``linear_fc2`` has ``skip_bias_add=True``; ``_apply_bias``): per local
+#   expert ``t + b * p`` (write b·p: 2; read t and b·p, write: 6), then ``torch.cat``
+#   (read, write: 4); backward, the product's two gradients (grad·p and grad·b, each
+#   written and summed to its shape: 6 + 6) and ``split``'s backward concatenating the
+#   experts' gradients (4): 12 forward + 16 backward per k·h element.
+# The router's probabilities are taken in the activations' 2 bytes (its dtype without
+# --moe-router-dtype); fp32 probabilities would make the product fp32 and the bytes more.
+# SwiGLU experts without biases (Qwen3, Mixtral, DeepSeek) take the fused path only.
+CLAMP_BYTES_FWD, CLAMP_BYTES_BWD = 16.0, 30.0  # per k·f element, 2-byte activations
+EXPERT_BIAS_BYTES_FWD, EXPERT_BIAS_BYTES_BWD = 12.0, 16.0  # per k·h element
+
+
+def megatron_expert_eager_bytes_per_token(model: ModelSpec, act_bytes: int) -> np.ndarray:
+    """Bytes per token per layer (averaged over the layers) of Megatron-Core's eager clamp
+    and expert-bias ops around its grouped experts, by recompute code; full recompute runs
+    their forward again. Zero for a dense model or experts without either."""
+    m = model.moe
+    if m is None or not (model.clamped_glu or model.mlp_bias):
+        return np.zeros(len(RECOMPUTE_MODES))
+    scale = act_bytes / 2.0 * model.moe_layers / model.num_layers
+    kf, kh = m.top_k * m.expert_ffn_size, m.top_k * model.hidden_size
+    fwd = scale * ((CLAMP_BYTES_FWD * kf if model.clamped_glu else 0.0)
+                   + (EXPERT_BIAS_BYTES_FWD * kh if model.mlp_bias else 0.0))
+    bwd = scale * ((CLAMP_BYTES_BWD * kf if model.clamped_glu else 0.0)
+                   + (EXPERT_BIAS_BYTES_BWD * kh if model.mlp_bias else 0.0))
+    return by_recompute_code(fwd + bwd, fwd + bwd, 2 * fwd + bwd)
+
+
 # ---- LoRA / QLoRA (docs/time-model.md §1.7) ------------------------------------------------
 
 # PEFT's lora.Linear around its rank-r GEMMs, per adapted projection and token, in
@@ -606,6 +648,9 @@ def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: Layou
     hbm_bps = links.hbm_bps
     elementwise = (_elementwise_bytes_per_token(model, s, attention, r.act_bytes)[rc]
                    + _adapter_bytes_per_token(model, r, lora)[rc])
+    if STACKS[framework].key == 'megatron':  # GPT-OSS's eager clamp and expert biases
+        elementwise = elementwise + megatron_expert_eager_bytes_per_token(
+            model, r.act_bytes)[rc]
     sb = _stage_bytes(model, r, t, p, lora, lay.ep, lay.etp)
     dequant_mb = sb.quantized * _dequant_bytes_per_param(r, lora)[rc] / hbm_bps
     # The loss runs on the last stage over the rank's vocabulary shard (vocab-parallel

@@ -303,3 +303,41 @@ def test_flash_backward_recomputes_the_scores():
     # eager attention keeps its scores: no recomputation in backward
     eager, _, _ = _flops_per_token(m, s, False, None)
     assert eager[0] == pytest.approx(m.training_flops_per_token(s, 'none', False))
+
+
+def _moe_step(model: ModelSpec, framework: str, recompute: int):
+    """One H100 node, EP 8 over whole experts, 4 micro-batches of one 4,096-token sequence."""
+    lay = layout(8, 1, 1, 1, 1, 32, recompute, zero=1)
+    lay.ep, lay.etp = np.asarray(8), np.asarray(1)
+    precision = 'bf16-mixed' if framework == 'megatron' else 'amp-bf16'
+    return step_time_arrays(model, 4096, find_gpu('h100-sxm'), find_interconnect('ib-ndr'), lay,
+                            precision=precision, attention='flash', framework=framework)
+
+
+@pytest.mark.parametrize('recompute', [0, 2])
+def test_megatron_times_gpt_oss_eager_clamp_and_expert_bias(recompute):
+    """Megatron-Core runs GPT-OSS's clamp and its experts' fc2 bias as eager ops on the
+    routed copies (k·f and k·h per token): 16 + 30 bytes per k·f element and 12 + 16 per
+    k·h element, the forward again under full recompute. The same model without clamp and
+    biases, or under another stack, does not pay them."""
+    oss = find_preset('gpt-oss-20b')
+    plain = oss.with_changes(clamped_glu=False, mlp_bias=False)
+    with_ops = _moe_step(oss, 'megatron', recompute)
+    without = _moe_step(plain, 'megatron', recompute)
+    k, f, h = oss.moe.top_k, oss.moe.expert_ffn_size, oss.hidden_size
+    per_token_layer = (16 + 30) * k * f + (12 + 16) * k * h
+    if recompute == 2:
+        per_token_layer += 16 * k * f + 12 * k * h
+    hbm = find_gpu('h100-sxm').hbm_bandwidth_bytes_per_s * StepTimeOptions().hbm_efficiency
+    expected = 4 * oss.num_layers * 4096 * per_token_layer / hbm  # 4 micro-batches
+    extra = float(with_ops.elementwise_s - without.elementwise_s)
+    assert extra == pytest.approx(expected, rel=1e-9)
+    assert float(with_ops.compute_s) == pytest.approx(float(without.compute_s), rel=1e-12)
+    # transformers' GPT-OSS under the hf stack runs other kernels: no such charge
+    hf = float(_moe_step(oss, 'hf', recompute).elementwise_s
+               - _moe_step(plain, 'hf', recompute).elementwise_s)
+    assert hf == pytest.approx(0.0, abs=1e-12)
+    # SwiGLU experts without biases (Qwen3) take the fused kernel only
+    from planner.timing.step_time import megatron_expert_eager_bytes_per_token
+
+    assert not np.any(megatron_expert_eager_bytes_per_token(find_preset('qwen3-30b-a3b'), 2))
