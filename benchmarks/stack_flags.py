@@ -277,7 +277,9 @@ def published_flags(run: dict[str, Any], flags: str | None = None) -> dict[str, 
     Megatron's ``bf16-mixed`` recipe for its runs and batchfit's default otherwise,
     ``fp8`` for fp8 runs, ZeRO-3 for FSDP runs and ZeRO-1 (the distributed optimizer) for
     Megatron's, the recompute in today's words. ``target``: ``--framework <stack>`` with the
-    stack's own recompute word and its time options (compile, async TP), nothing else.
+    stack's own recompute word and the switches the run's source names (torchtitan's
+    compile and async TP; Megatron's overlap grad reduce, TP comm overlap and grad reduce
+    in bf16), nothing else.
     """
     flags = flags or default_flags()
     if flags not in FLAG_SETS:
@@ -297,8 +299,9 @@ def published_flags(run: dict[str, Any], flags: str | None = None) -> dict[str, 
             out['precision'] = 'fp8'
         if stack == 'torchtitan':
             out.update(compile=bool(run.get('compile')), async_tp=bool(run.get('async_tp')))
-        if megatron and run.get('overlap_grad_reduce'):
-            out['overlap_grad_reduce'] = True
+        for switch in ('overlap_grad_reduce', 'tp_comm_overlap', 'grad_reduce_in_bf16'):
+            if megatron and run.get(switch):  # Megatron's switches the run's source names
+                out[switch] = True
         return out
     precision = ('fp8' if run['precision'] == 'fp8'
                  else 'bf16-mixed' if megatron else 'amp-bf16')

@@ -103,14 +103,17 @@ def megatron_activation_bytes(m: ModelSpec, *, s: int, b: int, tp: int, pp: int,
 
 
 # ---- Megatron-Core on the CPU: what its DDP keeps per parameter ----------------------------
-def mcore_bytes_per_param(dp: int = 2) -> tuple[float, float]:
+def mcore_bytes_per_param(dp: int = 2, grad_reduce_in_fp32: bool = True
+                          ) -> tuple[float, float]:
     """(parameter, gradient-buffer) bytes per parameter of Megatron-Core's own DDP wrapper.
 
     megatron-core's ``GPTModel`` (local layer spec, bf16 parameters) wrapped in its
     ``DistributedDataParallel`` with ``grad_reduce_in_fp32=True`` (Megatron-LM's default for
-    bf16 training), built on torch's fake process group. megatron-core allocates its
-    buffers on ``torch.cuda.current_device()``; on this CPU-only torch that call is pointed
-    at the CPU for the duration. ``get_megatron_optimizer`` needs gloo process groups,
+    bf16 training; False is ``--grad-reduce-in-bf16``, Megatron-Bridge's
+    ``ddp.grad_reduce_in_fp32 = False``), built on torch's fake process group.
+    megatron-core allocates its buffers on ``torch.cuda.current_device()``; on this
+    CPU-only torch that call is pointed at the CPU for the duration.
+    ``get_megatron_optimizer`` needs gloo process groups,
     which the fake group's store cannot create, so the optimizer's 12/d is not measured.
     """
     import torch
@@ -146,7 +149,8 @@ def mcore_bytes_per_param(dp: int = 2) -> tuple[float, float]:
                                  position_embedding_type='rope',
                                  share_embeddings_and_output_weights=False)
                 ddp = DistributedDataParallel(
-                    cfg, DistributedDataParallelConfig(grad_reduce_in_fp32=True), model)
+                    cfg, DistributedDataParallelConfig(grad_reduce_in_fp32=grad_reduce_in_fp32),
+                    model)
                 params = list(model.parameters())
                 n = sum(p.numel() for p in params)
                 param_bytes = sum(p.numel() * p.element_size() for p in params)

@@ -182,8 +182,10 @@ def memory_estimate_for(outcome: PlanOutcome, c: Candidate):
     """``planner.memory.peak.estimate`` of candidate ``c`` (single-configuration path)."""
     from planner.memory.peak import estimate
     from planner.memory.training import TrainingSetup
+    from planner.stacks import STACKS
 
     req = outcome.request
+    options = STACKS[c.framework].options  # the request's switches its stack has (as the search)
     setup = TrainingSetup(seq_len=req.seq_len, micro_batch=c.micro_batch,
                           grad_accum=c.grad_accum, precision=c.precision,
                           optimizer=req.optimizer, zero=c.zero, tp=c.tp, pp=c.pp, vpp=c.vpp,
@@ -191,6 +193,11 @@ def memory_estimate_for(outcome: PlanOutcome, c: Candidate):
                           recompute=c.recompute, attention=req.attention,
                           framework=c.framework, loss=req.loss, lora=req.lora, ep=c.ep, etp=c.etp,
                           dp_replicate=c.dp_replicate,
-                          loop=req.loop)
+                          loop=req.loop,
+                          partition_activations=req.partition_activations
+                          and 'partition_activations' in options,
+                          zero_bubble=req.zero_bubble and 'zero_bubble' in options,
+                          grad_reduce_in_bf16=req.grad_reduce_in_bf16
+                          and 'grad_reduce_in_bf16' in options)
     return estimate(req.model, setup, req.gpu, margin_fraction=req.margin_fraction,
                     overheads=req.overheads)

@@ -112,7 +112,8 @@ def opened_plan(plan: PlanFile, models_dir: Path | None = None) -> OpenedPlan:
         base_batch_samples=g.base_batch_samples, b_noise_tokens=g.b_noise_tokens, **length,
         **tuning, loop=c.loop, loss=c.loss, compile=c.compile, async_tp=c.async_tp,
         overlap_grad_reduce=c.overlap_grad_reduce,
-        partition_activations=c.partition_activations, zero_bubble=c.zero_bubble)
+        partition_activations=c.partition_activations, zero_bubble=c.zero_bubble,
+        tp_comm_overlap=c.tp_comm_overlap, grad_reduce_in_bf16=c.grad_reduce_in_bf16)
     for name, default in _WINDOW_DEFAULTS.items():
         value = getattr(c, name)
         if value not in (default, None):

@@ -79,6 +79,8 @@ class PlanInputs:
         overlap_grad_reduce: Megatron's ``--overlap-grad-reduce``.
         partition_activations: DeepSpeed's ``--partition-activations``.
         zero_bubble: torchtitan's zero-bubble pipeline schedule (``--zero-bubble``).
+        tp_comm_overlap: Megatron's ``--tp-comm-overlap``.
+        grad_reduce_in_bf16: Megatron's ``--grad-reduce-in-bf16``.
     """
 
     model: str = 'llama-3.1-8b'
@@ -114,6 +116,8 @@ class PlanInputs:
     overlap_grad_reduce: bool = False
     partition_activations: bool = False
     zero_bubble: bool = False
+    tp_comm_overlap: bool = False
+    grad_reduce_in_bf16: bool = False
 
     def with_changes(self, **changes: Any) -> PlanInputs:
         """A copy with some fields replaced."""
@@ -155,6 +159,7 @@ def plan_ask(inputs: PlanInputs, top_k: int = 100) -> PlanAsk:
         compile=inputs.compile, async_tp=inputs.async_tp,
         overlap_grad_reduce=inputs.overlap_grad_reduce,
         partition_activations=inputs.partition_activations, zero_bubble=inputs.zero_bubble,
+        tp_comm_overlap=inputs.tp_comm_overlap, grad_reduce_in_bf16=inputs.grad_reduce_in_bf16,
         guidance=GuidanceInputs(base_lr=inputs.base_lr,
                                 base_batch_samples=inputs.base_batch_samples,
                                 b_noise_tokens=inputs.b_noise_tokens))

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument('--zero-bubble', action='store_true',
                      help="torchtitan's InterleavedZeroBubble pipeline schedule with --vpp > 1 "
                           '(the torchtitan stack): fewer micro-batches in flight')
+    est.add_argument('--grad-reduce-in-bf16', action='store_true',
+                     help="Megatron's --grad-reduce-in-bf16 (the megatron stack): a bf16 "
+                          'main-grad buffer, 2 B a parameter instead of 4')
     add_memory_option_args(est)
     add_profile_arg(est)  # --profile PATH|auto|none
     est.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -117,7 +120,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         sequence_parallel=args.sequence_parallel,
         recompute=args.recompute, attention=args.attention, framework=stack.key,
         loss=args.loss, lora=lora, foreach=args.foreach, loop=args.loop,
-        partition_activations=args.partition_activations, zero_bubble=args.zero_bubble)
+        partition_activations=args.partition_activations, zero_bubble=args.zero_bubble,
+        grad_reduce_in_bf16=args.grad_reduce_in_bf16)
     # A profile of this GPU replaces the default overheads with measured ones (the plan's
     # path, memory only).
     calibration = calibration_for(args.profile, args.gpu, args.model, step_time=False,
@@ -149,7 +153,8 @@ def estimate_stack(args: argparse.Namespace, lora: bool):
     """
     from planner.stacks import STACKS, get_stack
 
-    switches = tuple(o for o in ('partition_activations', 'zero_bubble') if getattr(args, o))
+    switches = tuple(o for o in ('partition_activations', 'zero_bubble', 'grad_reduce_in_bf16')
+                     if getattr(args, o))
     having = {f'{o}_allowed': 'off, or --framework ' + ' or '.join(
         s.key for s in STACKS.values() if o in s.options) for o in switches}
 

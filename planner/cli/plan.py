@@ -127,6 +127,14 @@ def add_plan_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                    help="torchtitan's InterleavedZeroBubble pipeline schedule where a rank "
                         'runs 2+ stages (--vpp > 1): the weight gradients fill the bubble '
                         '(off by default, as in torchtitan; not with --compile)')
+    p.add_argument('--tp-comm-overlap', action='store_true',
+                   help="Megatron's --tp-comm-overlap: Transformer Engine's userbuffers hide "
+                        'part of the TP collectives behind the GEMMs where TP > 1 (needs '
+                        'sequence parallelism; off by default, as in Megatron-LM)')
+    p.add_argument('--grad-reduce-in-bf16', action='store_true',
+                   help="Megatron's --grad-reduce-in-bf16: a bf16 main-grad buffer (2 B a "
+                        'parameter instead of 4), reduced in bf16 (off by default, as in '
+                        'Megatron-LM)')
     add_profile_arg(p)
     add_save_export_args(p)
     p.add_argument('--json', action='store_true', help='one JSON document on stdout')
@@ -163,6 +171,7 @@ def ask_from_args(args: argparse.Namespace) -> PlanAsk:
         lora=lora, profile=args.profile, compile=args.compile, async_tp=args.async_tp,
         overlap_grad_reduce=args.overlap_grad_reduce,
         partition_activations=args.partition_activations, zero_bubble=args.zero_bubble,
+        tp_comm_overlap=args.tp_comm_overlap, grad_reduce_in_bf16=args.grad_reduce_in_bf16,
         guidance=guidance_inputs_from_args(args, args.seq_len))
 
 

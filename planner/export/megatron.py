@@ -79,6 +79,22 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
         args.append(('--overlap-grad-reduce', None))
         if c.zero == 1:
             args.append(('--overlap-param-gather', None))
+    if plan.constraints.tp_comm_overlap:
+        if c.tp > 1 and c.sequence_parallel:
+            # the plan was timed with Transformer Engine's userbuffers hiding part of the TP
+            # collectives (megatron/training/initialize.py _initialize_tp_communicators)
+            args.append(('--tp-comm-overlap', None))
+            notes.append('--tp-comm-overlap runs Transformer Engine userbuffers, which need '
+                         'CUDA multicast (or UB_SKIPMC=1)')
+        else:
+            # Megatron asserts sequence parallelism with it and turns SP off at TP 1
+            # (megatron/training/arguments.py)
+            notes.append('TP comm overlap: not written, the plan has no TP collectives to '
+                         'overlap (TP 1)')
+    if plan.constraints.grad_reduce_in_bf16 and precision_kind(plan) in ('bf16', 'fp8'):
+        # the plan's memory counted a bf16 main-grad buffer (megatron/training/arguments.py:
+        # accumulate_allreduce_grads_in_fp32 False)
+        args.append(('--grad-reduce-in-bf16', None))
     if c.recompute == 'selective':
         args.append(('--recompute-activations', None))
     elif c.recompute == 'full':

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.memory.recipes import ADAM8BIT_BLOCK, OptimizerKind, PrecisionRecipe
+from planner.memory.recipes import (
+    ADAM8BIT_BLOCK,
+    OptimizerKind,
+    PrecisionRecipe,
+    main_grad_copy_bytes,
+)
 from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
@@ -266,6 +271,8 @@ def model_state_bytes(m: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind, *,
         temp = opt.foreach_temp_states * r.state_bytes * temp_elems
     else:
         temp = np.zeros_like(temp_elems)
+    # Megatron's optimizer copies a bf16/fp16 main grad to fp32 for its shard at the step
+    temp = temp + main_grad_copy_bytes(r, stack.persistent_grad_buffer) * temp_elems
     temp = np.where(offload >= 1, 0.0, temp)
 
     multi = shard > 1

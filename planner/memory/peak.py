@@ -57,7 +57,13 @@ from planner.memory.model_states import (
     model_state_bytes,
     stage_params,
 )
-from planner.memory.recipes import OPTIMIZERS, RECIPES, OptimizerKind, PrecisionRecipe
+from planner.memory.recipes import (
+    OPTIMIZERS,
+    RECIPES,
+    OptimizerKind,
+    PrecisionRecipe,
+    with_bf16_main_grads,
+)
 from planner.memory.stack_activations import stack_edge_bytes, stack_layer_terms
 from planner.memory.training import LoraSpec, TrainingSetup, check_fits_model
 from planner.models.spec import ModelSpec
@@ -111,6 +117,7 @@ class MemoryOptions:
     loop: str = 'keep-outputs'  # what the training loop holds (model_outputs.py)
     partition_activations: bool = False  # DeepSpeed: checkpoints split over the TP ranks
     zero_bubble: bool = False  # torchtitan: InterleavedZeroBubble where vpp > 1
+    grad_reduce_in_bf16: bool = False  # Megatron: a bf16 main-grad buffer
 
     @classmethod
     def from_setup(cls, setup: TrainingSetup) -> MemoryOptions:
@@ -120,7 +127,8 @@ class MemoryOptions:
                    loss=setup.loss_kind, lora=setup.lora, foreach=setup.foreach,
                    zero3_prefetch_layers=setup.zero3_prefetch_layers, loop=setup.loop,
                    partition_activations=setup.partition_activations,
-                   zero_bubble=setup.zero_bubble)
+                   zero_bubble=setup.zero_bubble,
+                   grad_reduce_in_bf16=setup.grad_reduce_in_bf16)
 
 
 @dataclass
@@ -220,7 +228,7 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     candidates at most, skips the third of the work that spreads them over the grid.
     """
     ov = overheads or stack_overheads(opts.framework)
-    r, opt = RECIPES[opts.precision], OPTIMIZERS[opts.optimizer]
+    r, opt = recipe_of(opts), OPTIMIZERS[opts.optimizer]
     pp = cfg.pp
     layers = np.ceil(model.num_layers / pp)
     inflight = _inflight(cfg, opts.zero_bubble)
@@ -255,6 +263,15 @@ def estimate_arrays(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays,
     return MemoryArrays(components=components, phase_bytes=phase_bytes, peak_phase=peak_phase,
                         tensor_peak_bytes=tensor_peak, overhead=overhead, total_bytes=total,
                         activations_per_layer_bytes=np.asarray(shared.layer_act, float))
+
+
+def recipe_of(opts: MemoryOptions) -> PrecisionRecipe:
+    """The precision recipe ``opts`` trains with: its own, with Megatron's main grads in
+    bf16 under ``--grad-reduce-in-bf16`` (a stack with Megatron's grad buffer only)."""
+    r = RECIPES[opts.precision]
+    if opts.grad_reduce_in_bf16 and STACKS[opts.framework].persistent_grad_buffer:
+        r = with_bf16_main_grads(r)
+    return r
 
 
 def _token_rows(cfg: ConfigArrays) -> DistinctRows | None:
@@ -501,7 +518,7 @@ def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) 
     exceed. About a sixth of :func:`estimate_arrays`' cost; the plan search drops the
     configurations whose floor alone is over the usable memory before estimating the rest.
     """
-    r, opt = RECIPES[opts.precision], OPTIMIZERS[opts.optimizer]
+    r, opt = recipe_of(opts), OPTIMIZERS[opts.optimizer]
     state_rows, token_rows = _state_rows(cfg), _token_rows(cfg)
     # summed on the distinct rows, then spread once
     _, ms = _model_states(model, r, opt, opts, _picked(cfg, state_rows), 'first', None)

@@ -8,7 +8,7 @@ keeps per parameter and whether its step allocates parameter-sized temporaries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,32 @@ RECIPES: dict[str, PrecisionRecipe] = {r.key: r for r in (
                     'DeepSpeed bf16: bf16 weights and grads, fp32 master + Adam, an fp32 '
                     'gradient accumulation buffer with ZeRO 0-1', accum_buffer_bytes=4),
 )}
+
+
+def with_bf16_main_grads(r: PrecisionRecipe) -> PrecisionRecipe:
+    """``r`` with Megatron's main-grad buffer in bf16 (``--grad-reduce-in-bf16``;
+    Megatron-Bridge ``ddp.grad_reduce_in_fp32 = False``): NVIDIA/Megatron-LM
+    megatron/training/arguments.py sets ``accumulate_allreduce_grads_in_fp32`` False, and
+    megatron/core/distributed/distributed_data_parallel.py then makes each parameter's
+    grad buffer in the parameter's dtype (``grad_dtype = torch.float if
+    grad_reduce_in_fp32 else param.dtype``): 2 B per element, accumulated and reduced in
+    bf16. A recipe already below fp32 (fp16) keeps its own."""
+    return replace(r, grad_bytes=min(r.grad_bytes, 2))
+
+
+def main_grad_copy_bytes(r: PrecisionRecipe, persistent_grad_buffer: bool) -> int:
+    """Bytes per trainable element of the fp32 gradient Megatron's optimizer makes at the
+    step from a main-grad buffer below fp32 (0 when the buffer is fp32 or the stack has
+    none).
+
+    The distributed optimizer hands each fp32 master shard ``shard_model_grad.float()``
+    (NVIDIA/Megatron-LM megatron/core/optimizer/distrib_optimizer.py
+    ``_copy_model_grads_to_main_grads``), and the ZeRO-0 ``Float16OptimizerWithFloat16Params``
+    ``main_grad.float()`` for every parameter (megatron/core/optimizer/optimizer.py): a
+    no-op on an fp32 buffer, a new fp32 tensor on a bf16 or fp16 one, alive until
+    ``zero_grad`` before the next forward (megatron/training/training.py ``train_step``).
+    """
+    return 4 if persistent_grad_buffer and r.master_bytes and r.grad_bytes < 4 else 0
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,10 @@ def estimate_text(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
         f' · global batch {s.global_batch} sequences ({s.global_batch * s.seq_len:,} tokens)',
         f'  {s.precision} · {s.optimizer} · ZeRO-{s.zero}'
         + (f' (offload {s.offload})' if s.offload != 'none' else '')
-        + f' · recompute {s.recompute} · {s.attention} attention · stack {s.framework}',
+        + f' · recompute {s.recompute} · {s.attention} attention · stack {s.framework}'
+        + ''.join(f' · {name.replace("_", " ")}' for name in
+                  ('partition_activations', 'zero_bubble', 'grad_reduce_in_bf16')
+                  if getattr(s, name)),
         f'  {_loop_words(s)} · loss {s.loss_kind}',
         f'  TP {s.tp} · PP {s.pp}' + (f' (x{s.vpp} virtual)' if s.vpp > 1 else '')
         + f' · CP {s.cp} · EP {s.ep} · DP {s.dp} = {s.world_size} GPU'

@@ -163,6 +163,9 @@ class TrainingSetup:
     partition_activations: bool = False
     # torchtitan's InterleavedZeroBubble pipeline schedule where vpp > 1 (its switch)
     zero_bubble: bool = False
+    # Megatron's --grad-reduce-in-bf16: the main-grad buffer in bf16 (the megatron stack's
+    # switch; off: fp32, Megatron's default with bf16)
+    grad_reduce_in_bf16: bool = False
     extra: dict[str, float] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

@@ -119,8 +119,10 @@ class Constraints:
 
     ``lora`` is ``{"rank", "targets", "base_bits"}`` for a LoRA/QLoRA plan, None for full
     training. ``compile`` and ``async_tp`` are torchtitan's switches (off: not asked);
-    ``overlap_grad_reduce`` is Megatron's, ``partition_activations`` DeepSpeed's and
-    ``zero_bubble`` torchtitan's pipeline schedule (optional in the file: absent is off).
+    ``overlap_grad_reduce``, ``tp_comm_overlap`` and ``grad_reduce_in_bf16`` are
+    Megatron's, ``partition_activations`` DeepSpeed's and ``zero_bubble`` torchtitan's
+    pipeline schedule (optional in the file: absent is off, as plans were made before
+    they existed).
     """
 
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
@@ -144,6 +146,8 @@ class Constraints:
     overlap_grad_reduce: bool = False
     partition_activations: bool = False
     zero_bubble: bool = False
+    tp_comm_overlap: bool = False
+    grad_reduce_in_bf16: bool = False
 
     @property
     def lora_spec(self) -> LoraSpec | None:
@@ -292,7 +296,8 @@ class PlanFile:
             overheads=None if c.overheads is None else Overheads(**c.overheads),
             lora=c.lora_spec, compile=c.compile, async_tp=c.async_tp,
             overlap_grad_reduce=c.overlap_grad_reduce,
-            partition_activations=c.partition_activations, zero_bubble=c.zero_bubble)
+            partition_activations=c.partition_activations, zero_bubble=c.zero_bubble,
+            tp_comm_overlap=c.tp_comm_overlap, grad_reduce_in_bf16=c.grad_reduce_in_bf16)
 
 
 # ---- building a plan from a search -------------------------------------------------------
@@ -382,7 +387,8 @@ def plan_file_from_search(request: PlanRequest, result: SearchResult, candidate_
             compile=request.compile, async_tp=request.async_tp,
             overlap_grad_reduce=request.overlap_grad_reduce,
             partition_activations=request.partition_activations,
-            zero_bubble=request.zero_bubble),
+            zero_bubble=request.zero_bubble, tp_comm_overlap=request.tp_comm_overlap,
+            grad_reduce_in_bf16=request.grad_reduce_in_bf16),
         guidance_inputs=inputs,
         guidance=guidance_record(guidance),
         candidate=chosen_candidate(chosen),
@@ -599,7 +605,9 @@ def _read_constraints(c: Reader) -> Constraints:
         compile=c.flag('compile'), async_tp=c.flag('async_tp'),
         overlap_grad_reduce=c.flag('overlap_grad_reduce', False),
         partition_activations=c.flag('partition_activations', False),
-        zero_bubble=c.flag('zero_bubble', False))
+        zero_bubble=c.flag('zero_bubble', False),
+        tp_comm_overlap=c.flag('tp_comm_overlap', False),
+        grad_reduce_in_bf16=c.flag('grad_reduce_in_bf16', False))
 
 
 def _read_lora(c: Reader) -> dict[str, Any] | None:

@@ -84,6 +84,9 @@ class PlanAsk:
         overlap_grad_reduce: Megatron's ``--overlap-grad-reduce`` (off by default).
         partition_activations: DeepSpeed's ``partition_activations`` (off by default).
         zero_bubble: torchtitan's zero-bubble pipeline schedule (off by default).
+        tp_comm_overlap: Megatron's ``--tp-comm-overlap`` (off by default).
+        grad_reduce_in_bf16: Megatron's ``--grad-reduce-in-bf16`` (off by default: fp32
+            main grads, the larger).
     """
 
     model: str
@@ -118,6 +121,8 @@ class PlanAsk:
     overlap_grad_reduce: bool = False
     partition_activations: bool = False
     zero_bubble: bool = False
+    tp_comm_overlap: bool = False
+    grad_reduce_in_bf16: bool = False
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,7 @@ def build_request(ask: PlanAsk, calibration: CalibrationUse | None = None) -> Pl
         top_k=ask.top_k, limits=ask.limits, lora=ask.lora, compile=ask.compile,
         async_tp=ask.async_tp, overlap_grad_reduce=ask.overlap_grad_reduce,
         partition_activations=ask.partition_activations, zero_bubble=ask.zero_bubble,
+        tp_comm_overlap=ask.tp_comm_overlap, grad_reduce_in_bf16=ask.grad_reduce_in_bf16,
         **measured)
 
 

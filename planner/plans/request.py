@@ -208,6 +208,15 @@ class PlanRequest:
         zero_bubble: torchtitan's ``InterleavedZeroBubble`` pipeline schedule on layouts
             with virtual stages (vpp > 1; 1F1B stays where a rank has one stage); only
             stacks with that switch are searched.
+        tp_comm_overlap: Megatron's ``--tp-comm-overlap``: Transformer Engine's userbuffers
+            hide part of the TP collectives behind the GEMMs
+            (``planner.timing.stack_speed.TP_COMM_OVERLAP``) on layouts with TP > 1;
+            Megatron asserts sequence parallelism, so the request needs it and some TP
+            above 1. Only stacks with that switch are searched.
+        grad_reduce_in_bf16: Megatron's ``--grad-reduce-in-bf16`` (Megatron-Bridge's
+            ``ddp.grad_reduce_in_fp32 = False``): a bf16 main-grad buffer (2 B/param, not
+            4) reduced in bf16, with an fp32 copy of the rank's shard at the optimizer
+            step; only stacks with that switch are searched.
     """
 
     model: ModelSpec
@@ -241,6 +250,8 @@ class PlanRequest:
     overlap_grad_reduce: bool = False
     partition_activations: bool = False
     zero_bubble: bool = False
+    tp_comm_overlap: bool = False
+    grad_reduce_in_bf16: bool = False
 
     def __post_init__(self) -> None:
         for name, key in (('seq_len', 'seq_len'), ('max_nodes', 'nodes'),
@@ -297,6 +308,23 @@ class PlanRequest:
                              'without torch.compile', 'off, or no --compile')
         self._check_lora()
         self._check_stacks()
+        if self.tp_comm_overlap:
+            self._check_tp_comm_overlap()
+
+    def _check_tp_comm_overlap(self) -> None:
+        """Megatron overlaps TP communication only with sequence parallelism, which it
+        turns off at TP 1 (megatron/training/arguments.py: "Tensor parallel
+        communication/GEMM overlap can happen only when sequence parallelism is
+        enabled")."""
+        if not self.limits.sequence_parallel:
+            raise InputError('--tp-comm-overlap', 'Megatron overlaps TP communication only '
+                             'with sequence parallelism (--no-sp turns it off)',
+                             'off, or without --no-sp')
+        wider = self.limits.allowed('tp', np.arange(2, self.gpus_per_node + 1))
+        if not wider.size:
+            raise InputError('--tp-comm-overlap', 'it needs TP > 1 (Megatron turns sequence '
+                             'parallelism off at TP 1, then refuses the overlap)',
+                             'off, or allow --tp above 1')
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -380,7 +408,11 @@ class PlanRequest:
                        recompute_modes=recompute,
                        compile=self.compile and 'compile' in stack.options,
                        async_tp=self.async_tp and 'async_tp' in stack.options,
-                       zero_bubble=self.zero_bubble and 'zero_bubble' in stack.options)
+                       zero_bubble=self.zero_bubble and 'zero_bubble' in stack.options,
+                       tp_comm_overlap=self.tp_comm_overlap
+                       and 'tp_comm_overlap' in stack.options,
+                       grad_reduce_in_bf16=self.grad_reduce_in_bf16
+                       and 'grad_reduce_in_bf16' in stack.options)
 
     def _check_lora(self) -> None:
         """LoRA runs under PEFT on Hugging Face models, data parallel only.
@@ -435,7 +467,9 @@ class PlanRequest:
                              loss=resolve_loss(self.loss, STACKS[m.stack].loss), lora=self.lora,
                              loop=self.loop, partition_activations=self._switch_on(
                                  'partition_activations', m.stack),
-                             zero_bubble=self._switch_on('zero_bubble', m.stack))
+                             zero_bubble=self._switch_on('zero_bubble', m.stack),
+                             grad_reduce_in_bf16=self._switch_on('grad_reduce_in_bf16',
+                                                                 m.stack))
 
     def memory_arrays(self, layout: LayoutArrays, parts: bool = False) -> MemoryArrays:
         """The memory model on ``layout``'s candidates, each with its own stack and recipe
@@ -480,7 +514,8 @@ class PlanRequest:
                 and not self._switch_on('overlap_grad_reduce', framework)):
             options = replace(options, dp_overlap=STACKS[framework].dp_overlap)
         return with_switches(options, compile=self._switch_on('compile', framework),
-                             async_tp=self._switch_on('async_tp', framework))
+                             async_tp=self._switch_on('async_tp', framework),
+                             tp_comm_overlap=self._switch_on('tp_comm_overlap', framework))
 
     def _switch_on(self, name: str, framework: str) -> bool:
         """Whether the switch ``name`` is asked for and ``framework``'s stack has it."""
@@ -497,7 +532,9 @@ class PlanRequest:
                                   calibration=self.calibration, lora=self.lora,
                                   partition_activations=self._switch_on(
                                       'partition_activations', m.stack),
-                                  zero_bubble=self._switch_on('zero_bubble', m.stack))
+                                  zero_bubble=self._switch_on('zero_bubble', m.stack),
+                                  grad_reduce_in_bf16=self._switch_on('grad_reduce_in_bf16',
+                                                                      m.stack))
             return StepTimeArrays.concatenate([st]) if np.ndim(lay.tp) else st
         return _per_mode(layout, one, StepTimeArrays.concatenate)
 
@@ -523,6 +560,8 @@ class PlanRequest:
             'overlap_grad_reduce': self.overlap_grad_reduce,
             'partition_activations': self.partition_activations,
             'zero_bubble': self.zero_bubble,
+            'tp_comm_overlap': self.tp_comm_overlap,
+            'grad_reduce_in_bf16': self.grad_reduce_in_bf16,
         }
 
 

@@ -37,7 +37,11 @@
   docs/user-guide/features/dist_optimizer.md). Recompute ``selective`` (core attention)
   or ``full`` (megatron/core/transformer/transformer_config.py). Vocab-parallel fp32
   cross-entropy. ``--overlap-grad-reduce`` is opt-in: no DP overlap by default
-  (megatron/training/arguments.py).
+  (megatron/training/arguments.py). So are ``--tp-comm-overlap`` (Transformer Engine's
+  userbuffers overlap the TP all-gathers and reduce-scatters with the GEMMs; Megatron
+  asserts sequence parallelism, which it turns off at TP 1) and ``--grad-reduce-in-bf16``
+  (``accumulate_allreduce_grads_in_fp32`` False: a bf16 main-grad buffer, reduced in bf16;
+  Megatron-Bridge's ``ddp.grad_reduce_in_fp32 = False``).
 * ``deepspeed``: the DeepSpeed engine with its pipeline (Megatron-DeepSpeed): TP, PP
   (1F1B, no virtual stages), ZeRO <= 1 (deepspeed/runtime/pipe/engine.py asserts "ZeRO-2
   and ZeRO-3 are incompatible with pipeline parallelism"), no sequence parallelism; bf16
@@ -149,8 +153,15 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           efficiency='megatron', dp_overlap=0.0,
           # --overlap-grad-reduce (with --overlap-param-gather) buckets the gradient
           # reduce-scatter behind the backward; off unless asked (Megatron-LM
-          # megatron/core/distributed/distributed_data_parallel_config.py overlap_grad_reduce)
-          options=('overlap_grad_reduce',), launchers=('megatron', 'slurm'),
+          # megatron/core/distributed/distributed_data_parallel_config.py overlap_grad_reduce).
+          # --tp-comm-overlap (megatron/core/model_parallel_config.py tp_comm_overlap,
+          # default False; megatron/training/initialize.py _initialize_tp_communicators
+          # calls Transformer Engine's initialize_ub) and --grad-reduce-in-bf16
+          # (megatron/training/arguments.py: accumulate_allreduce_grads_in_fp32 = False, so
+          # megatron/core/distributed/distributed_data_parallel.py makes the grad buffer in
+          # the parameters' bf16) are off unless asked, as in Megatron-LM.
+          options=('overlap_grad_reduce', 'tp_comm_overlap', 'grad_reduce_in_bf16'),
+          launchers=('megatron', 'slurm'),
           sources=('NVIDIA/Megatron-LM docs/user-guide/features/dist_optimizer.md',
                    'NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py')),
     Stack(key='deepspeed', label='DeepSpeed pipeline', description='DeepSpeed engine with its '

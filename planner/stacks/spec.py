@@ -9,12 +9,14 @@ from planner.errors import InputError
 # The switches a stack may offer (``Stack.options``), each a request field and a CLI flag
 # of the same name (``--async-tp``).
 SWITCHES: tuple[str, ...] = ('compile', 'async_tp', 'overlap_grad_reduce',
-                             'partition_activations', 'zero_bubble')
+                             'partition_activations', 'zero_bubble', 'tp_comm_overlap',
+                             'grad_reduce_in_bf16')
 
 
 def switch_label(name: str) -> str:
     """A switch in the words headers and summaries use (``async TP``)."""
-    return 'async TP' if name == 'async_tp' else name.replace('_', ' ')
+    return {'async_tp': 'async TP', 'tp_comm_overlap': 'TP comm overlap'}.get(
+        name, name.replace('_', ' '))
 
 
 @dataclass(frozen=True)
@@ -92,10 +94,14 @@ class Stack:
             ``parallelism.enable_async_tensor_parallel``; ``overlap_grad_reduce``:
             Megatron's ``--overlap-grad-reduce``; ``partition_activations``: DeepSpeed's
             activation checkpointing option; ``zero_bubble``: torchtitan's
-            ``InterleavedZeroBubble`` pipeline schedule); ``planner.timing.stack_speed``
-            times torchtitan's compile and async TP, the DP overlap Megatron's, the memory
+            ``InterleavedZeroBubble`` pipeline schedule; ``tp_comm_overlap`` and
+            ``grad_reduce_in_bf16``: Megatron's ``--tp-comm-overlap`` (Transformer Engine
+            userbuffers) and ``--grad-reduce-in-bf16`` (a bf16 main-grad buffer));
+            ``planner.timing.stack_speed`` times torchtitan's compile and async TP and
+            Megatron's TP overlap, the DP overlap Megatron's grad reduce, the memory
             model and the TP traffic DeepSpeed's; ``planner.stacks.pipeline_schedule`` the
-            zero-bubble schedule's bubble and in-flight micro-batches.
+            zero-bubble schedule's bubble and in-flight micro-batches; the memory model
+            and the DP traffic the bf16 main grads.
         sources: where the facts come from (repository + path).
     """
 

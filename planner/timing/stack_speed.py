@@ -1,4 +1,5 @@
-"""torchtitan's own speed switches: per-block torch.compile, torchao float8 linears, async TP.
+"""The stacks' own speed switches: torchtitan's per-block torch.compile, torchao float8
+linears and async TP, and Megatron's TP communication overlap.
 
 All three are off by default, as in torchtitan's JobConfig (pytorch/torchtitan
 torchtitan/config/job_config.py: ``Compile.enable``, ``Model.converters``,
@@ -29,6 +30,10 @@ torchtitan/config/job_config.py: ``Compile.enable``, ``Model.converters``,
   and reduce-scatters are decomposed and overlapped with the GEMMs
   (``torch._inductor.config._micro_pipeline_tp``); modelled as the hidden fraction
   :data:`ASYNC_TP_OVERLAP` of the TP collectives.
+* **Megatron's TP overlap** (``--tp-comm-overlap``, off by default in Megatron-LM:
+  megatron/core/model_parallel_config.py ``tp_comm_overlap``): Transformer Engine's
+  userbuffers overlap each TP all-gather and reduce-scatter with a GEMM; modelled as the
+  hidden fraction :data:`TP_COMM_OVERLAP` of the TP collectives.
 
 What each constant was fitted on, and validated against, is said beside it and in
 docs/BENCHMARKS.md ("Stacks: torchtitan float8, compile and async TP").
@@ -79,13 +84,45 @@ WEIGHT_CAST_BYTES = 8.0
 ASYNC_TP_OVERLAP = 0.26
 
 
-def with_switches(options: StepTimeOptions, *, compile: bool, async_tp: bool
-                  ) -> StepTimeOptions:
-    """``options`` with torch.compile's and async TP's constants when they are on."""
+# Megatron's --tp-comm-overlap: the fraction of the TP collectives' time (as
+# planner.timing.step_time._tp_comm_s charges it) that Transformer Engine's userbuffers
+# hide behind the GEMMs. Megatron-LM passes no userbuffer layout unless
+# --tp-comm-overlap-cfg is given (megatron/training/initialize.py
+# _initialize_tp_communicators), so TE's defaults apply (NVIDIA/TransformerEngine
+# transformer_engine/pytorch/module/base.py initialize_ub): the all-gathers before the QKV
+# and FC1 GEMMs and of the output gradients before the proj and FC2 dgrad GEMMs by
+# ring_exchange (split in TP chunks, 1 SM), the reduce-scatters after the proj and FC2 GEMMs
+# by "pipeline" (4 splits, 16 SMs), and the backward's input all-gathers and
+# gradient reduce-scatters of QKV and FC1 in bulk beside their dgrad/wgrad GEMMs (16 SMs);
+# pipeline and bulk GEMMs run on the SMs the communication leaves (set_sm_margin;
+# transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp ``_math_sms``).
+# DERIVED bound: if every GEMM outlasts its collective, only the last of the 4 splits of
+# the two forward reduce-scatters stays exposed, 2 x 1/4 x half an all-reduce of the 4
+# all-reduces a layer is charged: at most 0.94 hidden. Less is: the SM margin slows the
+# pipeline and bulk GEMMs, split GEMMs run less efficiently, and at TP 8 the attention
+# output projection (h x h/t) of a bf16 model narrower than about h = 10,000 is shorter
+# than its reduce-scatter at this model's rates; which of these costs how much is
+# not isolated, so the fraction is FITTED: on the Megatron-LM README weak-scaling rows with
+# TP > 1 (7.1B, 16B, 32B, 70B, 177B, 462B, H100 bf16; the README's benchmark configuration
+# names --tp-comm-overlap), 0.45 puts their mean signed error at zero (0.40-0.50 give the
+# same RMS, 4.9 %). VALIDATED on the Megatron-Bridge 26.04.01 H100 Llama rows (fp8, their
+# recipes set tp_comm_overlap, with tuned userbuffer layouts): Llama-3-70B -3.0 -> +4.1 %,
+# Llama-3.1-405B -9.2 -> +1.3 % (docs/BENCHMARKS.md "Megatron switches"). The Hopper
+# efficiency curve's eta_max (planner.timing.efficiency) was set from the same README's MFU
+# figures, so the README rows are not independent of it.
+TP_COMM_OVERLAP = 0.45
+
+
+def with_switches(options: StepTimeOptions, *, compile: bool, async_tp: bool,
+                  tp_comm_overlap: bool = False) -> StepTimeOptions:
+    """``options`` with torch.compile's, async TP's and Megatron's TP overlap constants
+    when they are on."""
     if compile:
         options = replace(options, compute_speedup=COMPILE_SPEEDUP)
     if async_tp:
         options = replace(options, tp_overlap=max(options.tp_overlap, ASYNC_TP_OVERLAP))
+    if tp_comm_overlap:
+        options = replace(options, tp_overlap=max(options.tp_overlap, TP_COMM_OVERLAP))
     return options
 
 

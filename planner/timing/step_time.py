@@ -54,7 +54,14 @@ from planner.memory.model_states import (
     lora_weight_bytes,
     stage_params,
 )
-from planner.memory.recipes import OPTIMIZERS, RECIPES, OptimizerKind, PrecisionRecipe
+from planner.memory.recipes import (
+    OPTIMIZERS,
+    RECIPES,
+    OptimizerKind,
+    PrecisionRecipe,
+    main_grad_copy_bytes,
+    with_bf16_main_grads,
+)
 from planner.memory.training import LoraSpec
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
@@ -491,7 +498,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                      calibration: CalibrationProfile | Mapping | None = None,
                      lora: LoraSpec | None = None,
                      partition_activations: bool = False,
-                     zero_bubble: bool = False) -> StepTimeArrays:
+                     zero_bubble: bool = False,
+                     grad_reduce_in_bf16: bool = False) -> StepTimeArrays:
     """Time one optimizer step for every candidate in ``layout``.
 
     Args:
@@ -512,6 +520,12 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
             instead of every weight. PEFT runs it data parallel only, so the plan
             search passes TP = PP = CP = 1; other layouts are timed by the same
             formulas.
+        partition_activations: DeepSpeed's switch (an all-gather of each recomputed
+            layer's input without SP).
+        zero_bubble: torchtitan's InterleavedZeroBubble schedule where vpp > 1.
+        grad_reduce_in_bf16: Megatron's bf16 main grads: the DP reduce-scatter moves 2 B
+            per element, and the step reads them and writes and reads an fp32 copy
+            (``planner.memory.recipes.main_grad_copy_bytes``).
 
     Raises:
         InputError: a candidate spans nodes and no inter-node link is given.
@@ -519,6 +533,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     o = options or StepTimeOptions()
     stack = STACKS[framework]
     r, opt = RECIPES[precision], OPTIMIZERS[optimizer]
+    if grad_reduce_in_bf16 and stack.persistent_grad_buffer:
+        r = with_bf16_main_grads(r)
     lay = layout
     if inter_node is None and np.any(lay.nodes > 1):
         raise InputError('--inter-node', 'candidates span several nodes: name the network')
@@ -548,7 +564,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     if zero_bubble:
         zb = zero_bubble_fraction(lay.pp, lay.vpp, 1 - mb.bwd_fraction, mb.wgrad_fraction)
         bubble = np.where(np.asarray(lay.vpp) > 1, t_mb * zb, bubble)
-    optimizer_s = _optimizer_step_s(lay, r, opt, lora, mb.stage, links)
+    optimizer_s = _optimizer_step_s(lay, r, opt, lora, mb.stage, links,
+                                    main_grad_copy_bytes(r, stack.persistent_grad_buffer))
     step = t_mb * np.asarray(lay.grad_accum, float) + bubble + dp.step_dp + optimizer_s \
         + o.step_overhead_s
     return _assemble(model, seq_len, lay, lora, peak, o, mb,
@@ -815,10 +832,12 @@ def _dp_zero_comm_s(lay: LayoutArrays, r: PrecisionRecipe, accumulation: str,
 
 
 def _optimizer_step_s(lay: LayoutArrays, r: PrecisionRecipe, opt: OptimizerKind,
-                      lora: LoraSpec | None, sb: _StageBytes, links: _Links) -> np.ndarray:
+                      lora: LoraSpec | None, sb: _StageBytes, links: _Links,
+                      grad_copy_bytes: int = 0) -> np.ndarray:
     """Optimizer: read gradients, read/write master and states, write weights (ZeRO >= 1
-    updates the rank's shard of the dp x cp group)."""
-    touched = _optimizer_bytes_per_param(r, opt, lora)
+    updates the rank's shard of the dp x cp group); a Megatron main grad below fp32 is
+    first copied to fp32 (written, then read by the update)."""
+    touched = _optimizer_bytes_per_param(r, opt, lora) + 2 * grad_copy_bytes
     n = lay.dp * lay.cp // np.asarray(lay.dp_replicate)
     opt_params = sb.trainable / np.where(np.asarray(lay.zero) >= 1, n, 1)
     return opt_params * touched / links.hbm_bps

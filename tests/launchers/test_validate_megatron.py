@@ -38,7 +38,8 @@ INT_FLAGS = ('--tensor-model-parallel-size', '--pipeline-model-parallel-size',
 SWITCHES = ('--sequence-parallel', '--use-distributed-optimizer', '--recompute-activations',
             '--group-query-attention', '--swiglu', '--untie-embeddings-and-output-weights',
             '--disable-bias-linear', '--add-qkv-bias', '--qk-layernorm', '--bf16', '--fp16',
-            '--use-rope-scaling', '--overlap-grad-reduce', '--overlap-param-gather')
+            '--use-rope-scaling', '--overlap-grad-reduce', '--overlap-param-gather',
+            '--tp-comm-overlap', '--grad-reduce-in-bf16')
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -89,6 +90,7 @@ def transformer_config(a: argparse.Namespace, world: int):
             normalization=a.normalization, attention_dropout=a.attention_dropout,
             hidden_dropout=a.hidden_dropout,
             pipeline_model_parallel_layout=a.pipeline_model_parallel_layout,
+            tp_comm_overlap=a.tp_comm_overlap,
             **({} if a.norm_epsilon is None else {'layernorm_epsilon': a.norm_epsilon}))
 
 
@@ -188,6 +190,34 @@ def test_overlap_switches_are_what_megatron_core_accepts(tmp_path, zero):
         overlap_grad_reduce=a.overlap_grad_reduce, overlap_param_gather=a.overlap_param_gather,
         use_distributed_optimizer=a.use_distributed_optimizer)
     assert config.overlap_grad_reduce
+
+
+@pytest.mark.parametrize('tp', [1, 2])
+def test_tp_comm_overlap_and_bf16_grads_are_what_megatron_core_accepts(tmp_path, tp):
+    """A plan timed with Megatron's TP overlap and bf16 main grads exports
+    --tp-comm-overlap (a ``TransformerConfig`` field, which Megatron-LM's argument factory
+    turns into that flag) only with TP > 1 and sequence parallelism, as
+    megatron/training/arguments.py asserts, and --grad-reduce-in-bf16, which Megatron-LM maps
+    to the DDP config's ``grad_reduce_in_fp32 = False`` (megatron/training/training.py)."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    plan = make_plan(model='llama-3.1-8b', nodes=2, tp=tp, pp=2, zero=1, micro_batch=1,
+                     global_batch=64, seq_len=4096, framework='megatron')
+    plan = dataclasses.replace(plan, constraints=dataclasses.replace(
+        plan.constraints, tp_comm_overlap=True, grad_reduce_in_bf16=True))
+    run_script(export_plan(plan, 'megatron').text, tmp_path,
+               {'NODE_RANK': '0', 'MASTER_ADDR': 'h0'})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    a = parse(argv[argv.index('pretrain_gpt.py') + 1:])
+    assert a.tp_comm_overlap == (tp > 1)
+    if a.tp_comm_overlap:  # Megatron's assertion
+        assert a.sequence_parallel
+    assert transformer_config(a, 16).tp_comm_overlap == (tp > 1)
+    assert a.grad_reduce_in_bf16
+    assert a.bf16
+    ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=not a.grad_reduce_in_bf16,
+                                        use_distributed_optimizer=a.use_distributed_optimizer)
+    assert not ddp.grad_reduce_in_fp32
 
 
 def megatron_layers(config, monkeypatch) -> list[list[int]]:

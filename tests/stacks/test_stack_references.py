@@ -168,3 +168,33 @@ def test_megatron_core_keeps_bf16_params_and_an_fp32_main_grad_buffer():
     recipe = RECIPES['bf16-mixed']
     assert param_b == pytest.approx(recipe.weight_bytes, abs=0.01)
     assert grad_b == pytest.approx(recipe.grad_bytes, abs=1e-9)
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec('megatron') is None
+                    or importlib.util.find_spec('megatron.core') is None,
+                    reason='not installed: megatron-core')
+@pytest.mark.filterwarnings('ignore::UserWarning')
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+@pytest.mark.filterwarnings('ignore::FutureWarning')
+def test_megatron_core_grad_reduce_in_bf16_keeps_a_bf16_main_grad_buffer():
+    """``--grad-reduce-in-bf16`` (DDP ``grad_reduce_in_fp32=False``): megatron-core's own
+    DDP makes the main-grad buffer in the parameters' bf16, 2 B per parameter, as batchfit's
+    switch counts; and its distributed optimizer still hands each fp32 master shard a
+    ``.float()`` of that buffer, the fp32 copy counted at the step."""
+    import inspect
+
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    from benchmarks.stack_megatron import mcore_bytes_per_param
+    from planner.memory.recipes import RECIPES, main_grad_copy_bytes, with_bf16_main_grads
+
+    param_b, grad_b = mcore_bytes_per_param(grad_reduce_in_fp32=False)
+    recipe = with_bf16_main_grads(RECIPES['bf16-mixed'])
+    assert param_b == pytest.approx(recipe.weight_bytes, abs=0.01)
+    # the bf16 buffer pads each bucket (2.0011 B on this 4-layer model)
+    assert grad_b == pytest.approx(recipe.grad_bytes, rel=0.002)
+    assert 'shard_model_grad.float()' in inspect.getsource(
+        DistributedOptimizer._copy_model_grads_to_main_grads)
+    assert main_grad_copy_bytes(recipe, persistent_grad_buffer=True) == 4
+    assert main_grad_copy_bytes(RECIPES['bf16-mixed'], persistent_grad_buffer=True) == 0

@@ -192,6 +192,33 @@ def test_a_chosen_stack_shows_its_own_recompute_words(panel):
     assert panel.recompute_boxes['selective'].text() == 'selective'
 
 
+def test_megatron_switches_only_for_megatron(panel):
+    """Megatron's TP comm overlap and bf16 grad reduce boxes are enabled for megatron alone,
+    reach the ask and the request, and a stack without them reads them as off."""
+    panel.set_inputs(PlanInputs())
+    combo, boxes = panel.framework_combo, panel.switch_boxes
+    combo.setCurrentIndex(combo.findData('megatron'))
+    for name in ('overlap_grad_reduce', 'tp_comm_overlap', 'grad_reduce_in_bf16'):
+        assert boxes[name].isEnabled()
+        boxes[name].setChecked(True)
+    inputs, errors = panel.read_inputs()
+    assert not errors
+    assert inputs.tp_comm_overlap
+    assert inputs.grad_reduce_in_bf16
+    ask = plan_ask(inputs)
+    assert ask.tp_comm_overlap
+    assert ask.grad_reduce_in_bf16
+    request = build_request(ask)
+    assert request.tp_comm_overlap
+    assert request.grad_reduce_in_bf16
+    combo.setCurrentIndex(combo.findData('torchtitan'))
+    assert not boxes['tp_comm_overlap'].isEnabled()
+    inputs, _ = panel.read_inputs()
+    assert not inputs.tp_comm_overlap
+    assert not inputs.grad_reduce_in_bf16
+    panel.set_inputs(PlanInputs())
+
+
 def test_torchtitan_switches_only_for_torchtitan(panel):
     """The compile and async-TP boxes are enabled for torchtitan alone (async TP only with
     compile), reach the ask, and a stack without them reads them as off."""

@@ -336,6 +336,27 @@ def test_a_cli_plan_file_opens(qtbot, window, tmp_path, capsys):
     assert 'attention' in window.status.text()  # what the window plans differently is said
 
 
+def test_a_plan_file_with_megatron_switches_opens_with_them(qtbot, window, tmp_path, capsys):
+    """The switches come back from a plan file, and the detail panel's memory of the chosen
+    candidate is the one the search counted (bf16 main grads included)."""
+    from tests.cli_helpers import run_cli
+
+    path = tmp_path / 'switches.json'
+    code, _out, err = run_cli(capsys, 'plan', '--model', 'qwen2.5-0.5b', '--seq-len', '2048',
+                              '--gpu', 'h100-sxm', '--nodes', '2', '--global-batch', '256',
+                              '--tokens', '10B', '--framework', 'megatron', '--tp', '2',
+                              '--tp-comm-overlap', '--grad-reduce-in-bf16', '--save', str(path))
+    assert code == 0, err
+    assert window.open_path(str(path))
+    inputs = window.inputs.read_inputs()[0]
+    assert inputs.tp_comm_overlap
+    assert inputs.grad_reduce_in_bf16
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.grad_reduce_in_bf16)
+    c = o.result.best
+    assert c is not None
+    assert memory_estimate_for(o, c).total_bytes == c.memory.total_bytes
+
+
 def test_save_with_nothing_fitting_says_so(qtbot, window, tmp_path, monkeypatch):
     window.inputs.model_edit.setText('405B')
     window.inputs.nodes_spin.setValue(1)

@@ -1492,16 +1492,16 @@ or enter another Python above.</source>
         <translation>全局批大小</translation>
     </message>
     <message>
+        <source>The stacks&apos; own switches, off by default as in the stacks: torchtitan&apos;s per-block torch.compile (fuses the work between the GEMMs) and async TP (hides the TP collectives behind the GEMMs; needs compile); Megatron&apos;s --overlap-grad-reduce (the gradient reduce-scatter behind the backward); DeepSpeed&apos;s partition activations (recomputed layers keep their input split over the TP ranks); torchtitan&apos;s zero-bubble pipeline schedule (weight gradients fill the bubble where a rank runs 2+ stages; not with compile); Megatron&apos;s --tp-comm-overlap (Transformer Engine hides part of the TP collectives behind the GEMMs; needs TP &gt; 1 with sequence parallelism) and --grad-reduce-in-bf16 (a bf16 gradient buffer: 2 bytes a parameter instead of 4). Float8 is the fp8 precision.</source>
+        <translation>各技术栈自己的开关，与各栈一样默认关闭：torchtitan 的逐块 torch.compile（融合 GEMM 之间的运算）和异步 TP（把 TP 集合通信藏在 GEMM 后面；需要 compile）；Megatron 的 --overlap-grad-reduce（梯度 reduce-scatter 与反向传播重叠）；DeepSpeed 的 partition activations（重计算层的输入在各 TP rank 间切分保存）；torchtitan 的零气泡流水线调度（在每个 rank 运行 2 个及以上阶段时，用权重梯度填充流水线气泡；不能与 compile 同用）；Megatron 的 --tp-comm-overlap（Transformer Engine 把部分 TP 集合通信藏在 GEMM 后面；需要 TP &gt; 1 并开启序列并行）和 --grad-reduce-in-bf16（bf16 梯度缓冲区：每个参数 2 字节而不是 4 字节）。Float8 即 fp8 精度。</translation>
+    </message>
+    <message>
         <source>Target global batch per optimizer step = micro-batch × accumulation × data-parallel size. In sequences, or in tokens (must be a multiple of the sequence length); changing the unit converts the number. Suffixes as in the CLI: k, M, G (or B), T are powers of ten; Ki, Mi, Gi, Ti powers of two (4Mi = 4,194,304).</source>
         <translation>每个优化器步的目标全局批量 = 微批量 × 梯度累积 × 数据并行规模。以序列或 token 为单位（token 数须为序列长度的整数倍）；切换单位时数值随之换算。后缀与命令行相同：k、M、G（或 B）、T 为 10 的幂；Ki、Mi、Gi、Ti 为 2 的幂（4Mi = 4,194,304）。</translation>
     </message>
     <message>
         <source>The software that runs the job: its layouts, ZeRO stages, recompute, precision, kernels and launchers. &quot;any&quot; ranks every stack that can run the model.</source>
         <translation>运行训练任务的软件：其布局、ZeRO 阶段、重计算、精度、内核与启动器。“任意”会对所有能运行该模型的技术栈一起排序。</translation>
-    </message>
-    <message>
-        <source>The stacks&apos; own switches, off by default as in the stacks: torchtitan&apos;s per-block torch.compile (fuses the work between the GEMMs) and async TP (hides the TP collectives behind the GEMMs; needs compile); Megatron&apos;s --overlap-grad-reduce (the gradient reduce-scatter behind the backward); DeepSpeed&apos;s partition activations (recomputed layers keep their input split over the TP ranks); torchtitan&apos;s zero-bubble pipeline schedule (weight gradients fill the bubble where a rank runs 2+ stages; not with compile). Float8 is the fp8 precision.</source>
-        <translation>各技术栈自己的开关，与各栈一样默认关闭：torchtitan 的逐块 torch.compile（融合 GEMM 之间的运算）和异步 TP（把 TP 集合通信藏在 GEMM 后面；需要 compile）；Megatron 的 --overlap-grad-reduce（梯度 reduce-scatter 与反向传播重叠）；DeepSpeed 的 partition activations（重计算层的输入在各 TP rank 间切分保存）；torchtitan 的零气泡流水线调度（在每个 rank 运行 2 个及以上阶段时，用权重梯度填充流水线气泡；不能与 compile 同用）。Float8 即 fp8 精度。</translation>
     </message>
     <message>
         <source>Full training updates every weight. LoRA trains small rank-r adapters on a frozen 16-bit base; QLoRA on a 4-bit NF4 base (bitsandbytes). Both run data parallel with ZeRO/FSDP, as PEFT does: no TP, PP or CP.</source>
@@ -1620,6 +1620,14 @@ or enter another Python above.</source>
     <message>
         <source>zero bubble</source>
         <translation>零气泡流水线</translation>
+    </message>
+    <message>
+        <source>TP comm overlap</source>
+        <translation>TP 通信重叠</translation>
+    </message>
+    <message>
+        <source>grad reduce in bf16</source>
+        <translation>bf16 梯度归约</translation>
     </message>
     <message>
         <source>stack switches</source>

@@ -62,7 +62,10 @@ TIPS = {
         '(the gradient reduce-scatter behind the backward); DeepSpeed\'s partition '
         'activations (recomputed layers keep their input split over the TP ranks); '
         'torchtitan\'s zero-bubble pipeline schedule (weight gradients fill the bubble where '
-        'a rank runs 2+ stages; not with compile). Float8 is the fp8 precision.'),
+        'a rank runs 2+ stages; not with compile); Megatron\'s --tp-comm-overlap (Transformer '
+        'Engine hides part of the TP collectives behind the GEMMs; needs TP > 1 with sequence '
+        'parallelism) and --grad-reduce-in-bf16 (a bf16 gradient buffer: 2 bytes a parameter '
+        'instead of 4). Float8 is the fp8 precision.'),
     'framework': QT_TRANSLATE_NOOP(
         'InputPanel', 'The software that runs the job: its layouts, ZeRO stages, recompute, '
         'precision, kernels and launchers. "any" ranks every stack that can run the model.'),
@@ -242,6 +245,7 @@ class InputPanel(QScrollArea):
             '--compile': self.switch_row, '--async-tp': self.switch_row,
             '--overlap-grad-reduce': self.switch_row,
             '--partition-activations': self.switch_row, '--zero-bubble': self.switch_row,
+            '--tp-comm-overlap': self.switch_row, '--grad-reduce-in-bf16': self.switch_row,
         }
         self.set_inputs(PlanInputs())
         for edit in (self.model_edit, self.seq_len_edit, self.batch_edit, self.tokens_edit,
@@ -374,7 +378,11 @@ class InputPanel(QScrollArea):
                                  translate('InputPanel', 'overlap grad reduce')),
                              'partition_activations': QCheckBox(
                                  translate('InputPanel', 'partition activations')),
-                             'zero_bubble': QCheckBox(translate('InputPanel', 'zero bubble'))}
+                             'zero_bubble': QCheckBox(translate('InputPanel', 'zero bubble')),
+                             'tp_comm_overlap': QCheckBox(
+                                 translate('InputPanel', 'TP comm overlap')),
+                             'grad_reduce_in_bf16': QCheckBox(
+                                 translate('InputPanel', 'grad reduce in bf16'))}
         # one a line: side by side they would widen the dock past its 1024 px width
         self.switch_row = self._checks(form, translate('InputPanel', 'stack switches'),
                                        self.switch_boxes, TIPS['switches'], columns=1)
