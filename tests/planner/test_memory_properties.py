@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from planner.defaults import RECOMPUTE_MODES
@@ -84,20 +84,28 @@ def test_recompute_full_le_selective_le_none(d):
 @given(setups, st.sampled_from(['megatron', 'torchtitan']), st.sampled_from([1, 2]))
 def test_half_recompute_sits_between_full_and_none(d, framework, vpp):
     """``half`` (every other layer recomputed) keeps no less than full recompute and no
-    more than none at its peak and at the end of forward; its parts add up to its peak.
+    more than none at its peak, and at the end of forward on a single stage; its parts
+    add up to its peak.
+
     With flash attention: under eager attention a recomputed layer's (b, 1, s, s) mask is
     a checkpoint input held to the bottom layer's backward, which can lift that moment a
-    mask's bytes above what no recompute holds."""
+    mask's bytes above what no recompute holds. On whole model chunks only (layers a
+    multiple of pp x vpp, as Megatron and torchtitan split them without a layout): with
+    fractional chunks the per-chunk averages of kept and rebuilt layers do not order.
+    The end of forward is compared with one stage only, since ``phases`` are those of
+    the peak stage, which recompute can move from the first stage to the last."""
     precision = 'bf16-mixed' if framework == 'megatron' else 'fsdp-bf16'
     zero = min(d['zero'], 1) if framework == 'megatron' else max(d['zero'], 2)
     pp = d['pp'] if vpp == 1 or d['pp'] > 1 else 2
     model, s = _setup(d, framework=framework, precision=precision, zero=zero, pp=pp, vpp=vpp,
                       optimizer='adamw', attention='flash')
+    assume(model.num_layers % (pp * vpp) == 0)
     full, half, none = (estimate(model, s.with_changes(recompute=r))
                         for r in ('full', 'half', 'none'))
     assert full.tensor_peak_bytes <= half.tensor_peak_bytes <= none.tensor_peak_bytes
-    assert full.phases['forward_end'] <= half.phases['forward_end'] <= none.phases[
-        'forward_end']
+    if pp == 1:
+        assert full.phases['forward_end'] <= half.phases['forward_end'] <= none.phases[
+            'forward_end']
     assert sum(half.components.values()) == pytest.approx(half.tensor_peak_bytes,
                                                           abs=len(half.components))
 
