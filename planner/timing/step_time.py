@@ -668,8 +668,11 @@ def _cp_comm_s(model: ModelSpec, seq_len: int, lay: LayoutArrays, r: PrecisionRe
 
     torchtitan runs torch's ring (:func:`_torch_ring_layer_s`): one all-gather of K and V
     per pass, the fp32 dK/dV sent on at every backward step, each hidden only behind
-    one ring step's attention, and not at all in a compiled backward."""
+    one ring step's attention, and nothing hidden once compiled."""
     t, c, g = lay.tp, lay.cp, lay.gpus_per_node
+    # K and V at the key/value heads' width: torchtitan 0.2.2 passes ``enable_gqa`` to
+    # SDPA (torchtitan/models/llama3/model/model.py); its Dec-2024 commit 9dec370 repeated
+    # them to every query head first (``repeat_kv``), which this does not model
     kv_chunk = 2 * mb.tokens_mb * (model.kv_size / t) * r.act_bytes
     cp_bps = np.where(t * c <= g, links.intra_bps, links.inter_bps)
     cp_lat = np.where(t * c <= g, o.intra_node_latency_s, links.inter_lat)
@@ -678,7 +681,7 @@ def _cp_comm_s(model: ModelSpec, seq_len: int, lay: LayoutArrays, r: PrecisionRe
     if torchtitan:
         layer_s = _torch_ring_layer_s(c, kv_chunk, cp_bps, cp_lat, core_fwd_layer_s,
                                       FULL_RECOMPUTE_SHARE[rc], o.cp_overlap,
-                                      compiled=o.compute_speedup > 1)
+                                      compiled=o.compute_speedup > 1)  # --compile
     else:
         passes = 3 + FULL_RECOMPUTE_SHARE[rc]
         cp_layer_s = (c - 1) * passes * (kv_chunk / cp_bps + cp_lat)
@@ -692,16 +695,18 @@ def _cp_comm_s(model: ModelSpec, seq_len: int, lay: LayoutArrays, r: PrecisionRe
 FLASH_BWD_OVER_FWD = 2.5
 
 
-def _torch_ring_layer_s(c, kv_chunk, bps, lat, core_fwd_layer_s, recompute_share,
-                        overlap: float, *, compiled: bool) -> np.ndarray:
+def _torch_ring_layer_s(c: np.ndarray, kv_chunk: np.ndarray, bps: np.ndarray,
+                        lat: np.ndarray, core_fwd_layer_s: np.ndarray,
+                        recompute_share: np.ndarray, overlap: float, *,
+                        compiled: bool) -> np.ndarray:
     """Exposed seconds of one layer's CP exchange under torch's ring attention, as
     torchtitan runs it (pytorch/pytorch torch/distributed/tensor/experimental/
     _context_parallel/_attention.py, torch 2.13; the same algorithm in torch 2.6):
 
     * ``_templated_ring_attention``: the default ``_RotateMethod.ALL_GATHER`` gathers the
       K and V chunks of all c ranks once per pass ((c-1) chunks received), issued before
-      the local (step 0) SDPA and waited for at step 1, so only step 0 hides it. With
-      load balancing (``enable_load_balance``, the head-tail shards) every step runs
+      the local (step 0) SDPA and waited for at step 1, so eager only step 0 hides it.
+      With load balancing (``enable_load_balance``, head-tail shards) every step runs
       1/c of the pass's attention. Full AC runs this forward twice.
     * ``_templated_ring_attention_backward``: the same all-gather, then dK and dV,
       accumulated in fp32 (``convert_to_f32``), go to the next rank after every one of
@@ -711,22 +716,21 @@ def _torch_ring_layer_s(c, kv_chunk, bps, lat, core_fwd_layer_s, recompute_share
     * Compiled (torchtitan compiles each block, the ring inside): while tracing, a
       functional collective is followed by its ``wait_tensor`` (torch/distributed/
       _functional_collectives.py ``_maybe_wrap_tensor``) and Inductor's reordering for
-      overlap is off by default (torch/_inductor/config.py
-      ``reorder_for_compute_comm_overlap``); Inductor's code for the ring's backward
-      (traced on CPU with a fake process group) waits for the all-gather and for each
-      dK/dV send before the next SDPA backward, and for the forward all-gather after
-      the step-0 SDPA: the backward exchange is exposed whole.
+      overlap is off (torch/_inductor/config.py ``reorder_for_compute_comm_overlap``).
+      Inductor's code for the ring (benchmarks/cp_ring_schedule.py) waits for the
+      backward's all-gather and for every dK/dV send before the next SDPA backward, and
+      at CP 4 and 8 one rank issues the forward all-gather only after its step-0 SDPA,
+      which holds the collective for all: the whole exchange is exposed.
     """
     step_fwd = overlap * core_fwd_layer_s / c
     step_bwd = FLASH_BWD_OVER_FWD * step_fwd
     gather = (c - 1) * (kv_chunk / bps + lat)  # ring all-gather of the K, V chunks
     send = 2 * kv_chunk / bps + lat  # fp32 dK, dV of one chunk to the next rank
-    fwd = (1 + recompute_share) * np.maximum(0.0, gather - step_fwd)
     if compiled:
-        bwd = gather + c * send
-    else:
-        bwd = (np.maximum(0.0, gather - step_bwd) + (c - 1) * np.maximum(0.0, send - step_bwd)
-               + send)
+        return (1 + recompute_share) * gather + gather + c * send
+    fwd = (1 + recompute_share) * np.maximum(0.0, gather - step_fwd)
+    bwd = (np.maximum(0.0, gather - step_bwd) + (c - 1) * np.maximum(0.0, send - step_bwd)
+           + send)
     return fwd + bwd
 
 
