@@ -546,7 +546,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                              framework=framework, loss=stack.loss, peak=peak, links=links,
                              o=o)
     tp_mb = _tp_comm_s(model, lay, r, rc, mb, links, o, partition_activations)
-    cp_mb = _cp_comm_s(model, seq_len, lay, r, rc, attention == 'flash', mb, peak, links, o)
+    cp_mb = _cp_comm_s(model, seq_len, lay, r, rc, attention == 'flash', mb, peak, links, o,
+                       torchtitan=stack.key == 'torchtitan')
     pp_mb = _pp_comm_s(model, lay, r, mb, links, o)
     dp = _dp_zero_comm_s(lay, r, stack.fsdp_unsharded_accumulation, mb, links, o)
     # EP: each MoE layer dispatches its tokens to the experts' ranks and combines them
@@ -723,20 +724,76 @@ def _tp_comm_s(model: ModelSpec, lay: LayoutArrays, r: PrecisionRecipe, rc: np.n
 
 def _cp_comm_s(model: ModelSpec, seq_len: int, lay: LayoutArrays, r: PrecisionRecipe,
                rc: np.ndarray, causal: bool, mb: _MicroBatchCompute, peak: float,
-               links: _Links, o: StepTimeOptions) -> np.ndarray:
+               links: _Links, o: StepTimeOptions, *, torchtitan: bool = False) -> np.ndarray:
     """CP: ring attention passes each rank's K and V chunk c-1 times forward, and K, V
-    plus their gradients backward; the attention core hides it (Megatron overlaps)."""
+    plus their gradients backward; the attention core hides it (Megatron overlaps).
+
+    torchtitan runs torch's ring (:func:`_torch_ring_layer_s`): one all-gather of K and V
+    per pass, the fp32 dK/dV sent on at every backward step, each hidden only behind
+    one ring step's attention, and nothing hidden once compiled."""
     t, c, g = lay.tp, lay.cp, lay.gpus_per_node
+    # K and V at the key/value heads' width: torchtitan 0.2.2 passes ``enable_gqa`` to
+    # SDPA (torchtitan/models/llama3/model/model.py); its Dec-2024 commit 9dec370 repeated
+    # them to every query head first (``repeat_kv``), which this does not model
     kv_chunk = 2 * mb.tokens_mb * (model.kv_size / t) * r.act_bytes
-    passes = 3 + FULL_RECOMPUTE_SHARE[rc]
     cp_bps = np.where(t * c <= g, links.intra_bps, links.inter_bps)
     cp_lat = np.where(t * c <= g, o.intra_node_latency_s, links.inter_lat)
-    cp_layer_s = (c - 1) * passes * (kv_chunk / cp_bps + cp_lat)
     core_fwd_tok = (2.0 if causal else 4.0) * seq_len * model.q_size  # per layer
-    core_tok = core_fwd_tok * (3 + CORE_RECOMPUTE_SHARE[rc])  # fwd + bwd (+ recomputed)
-    core_layer_s = core_tok * mb.tokens_mb / t / (peak * mb.eta)
-    return np.where(c > 1, mb.busy_layers * np.maximum(0.0, cp_layer_s
-                                                       - o.cp_overlap * core_layer_s), 0.0)
+    core_fwd_layer_s = core_fwd_tok * mb.tokens_mb / t / (peak * mb.eta)
+    if torchtitan:
+        layer_s = _torch_ring_layer_s(c, kv_chunk, cp_bps, cp_lat, core_fwd_layer_s,
+                                      FULL_RECOMPUTE_SHARE[rc], o.cp_overlap,
+                                      compiled=o.compute_speedup > 1)  # --compile
+    else:
+        passes = 3 + FULL_RECOMPUTE_SHARE[rc]
+        cp_layer_s = (c - 1) * passes * (kv_chunk / cp_bps + cp_lat)
+        core_layer_s = core_fwd_layer_s * (3 + CORE_RECOMPUTE_SHARE[rc])  # fwd+bwd(+recomp.)
+        layer_s = np.maximum(0.0, cp_layer_s - o.cp_overlap * core_layer_s)
+    return np.where(c > 1, mb.busy_layers * layer_s, 0.0)
+
+
+# FlashAttention's backward executes 2.5x its forward's FLOPs (Dao 2023, FlashAttention-2,
+# Section 3.1.2; ``flash_backward_rescore_flops``).
+FLASH_BWD_OVER_FWD = 2.5
+
+
+def _torch_ring_layer_s(c: np.ndarray, kv_chunk: np.ndarray, bps: np.ndarray,
+                        lat: np.ndarray, core_fwd_layer_s: np.ndarray,
+                        recompute_share: np.ndarray, overlap: float, *,
+                        compiled: bool) -> np.ndarray:
+    """Exposed seconds of one layer's CP exchange under torch's ring attention, as
+    torchtitan runs it (pytorch/pytorch torch/distributed/tensor/experimental/
+    _context_parallel/_attention.py, torch 2.13; the same algorithm in torch 2.6):
+
+    * ``_templated_ring_attention``: the default ``_RotateMethod.ALL_GATHER`` gathers the
+      K and V chunks of all c ranks once per pass ((c-1) chunks received), issued before
+      the local (step 0) SDPA and waited for at step 1, so eager only step 0 hides it.
+      With load balancing (``enable_load_balance``, head-tail shards) every step runs
+      1/c of the pass's attention. Full AC runs this forward twice.
+    * ``_templated_ring_attention_backward``: the same all-gather, then dK and dV,
+      accumulated in fp32 (``convert_to_f32``), go to the next rank after every one of
+      the c steps (``dkv_rotater`` is always ``ALL_TO_ALL``: twice the bf16 chunk's
+      bytes each time); eager, each waits behind the next step's SDPA backward and the
+      last behind nothing.
+    * Compiled (torchtitan compiles each block, the ring inside): while tracing, a
+      functional collective is followed by its ``wait_tensor`` (torch/distributed/
+      _functional_collectives.py ``_maybe_wrap_tensor``) and Inductor's reordering for
+      overlap is off (torch/_inductor/config.py ``reorder_for_compute_comm_overlap``).
+      Inductor's code for the ring (benchmarks/cp_ring_schedule.py) waits for the
+      backward's all-gather and for every dK/dV send before the next SDPA backward, and
+      at CP 4 and 8 one rank issues the forward all-gather only after its step-0 SDPA,
+      which holds the collective for all: the whole exchange is exposed.
+    """
+    step_fwd = overlap * core_fwd_layer_s / c
+    step_bwd = FLASH_BWD_OVER_FWD * step_fwd
+    gather = (c - 1) * (kv_chunk / bps + lat)  # ring all-gather of the K, V chunks
+    send = 2 * kv_chunk / bps + lat  # fp32 dK, dV of one chunk to the next rank
+    if compiled:
+        return (1 + recompute_share) * gather + gather + c * send
+    fwd = (1 + recompute_share) * np.maximum(0.0, gather - step_fwd)
+    bwd = (np.maximum(0.0, gather - step_bwd) + (c - 1) * np.maximum(0.0, send - step_bwd)
+           + send)
+    return fwd + bwd
 
 
 def _pp_comm_s(model: ModelSpec, lay: LayoutArrays, r: PrecisionRecipe,
