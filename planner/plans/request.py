@@ -530,6 +530,7 @@ class PlanRequest:
                                   attention=self.attention, framework=m.stack,
                                   options=self.step_options_for(m.stack),
                                   calibration=self.calibration, lora=self.lora,
+                                  loss=self.loss,
                                   partition_activations=self._switch_on(
                                       'partition_activations', m.stack),
                                   zero_bubble=self._switch_on('zero_bubble', m.stack),

@@ -62,7 +62,7 @@ from planner.memory.recipes import (
     main_grad_copy_bytes,
     with_bf16_main_grads,
 )
-from planner.memory.training import LoraSpec
+from planner.memory.training import LoraSpec, resolve_loss
 from planner.models.spec import ModelSpec
 from planner.stacks import STACKS
 from planner.stacks.pipeline_schedule import zero_bubble_fraction
@@ -225,7 +225,12 @@ SOFTMAX_FWD_PER_SCORE = 4.5
 #   default: ``cross_entropy_loss_fusion`` is off in model_parallel_config.py): ``.float()``
 #   (2 + 4), max (4), in-place subtract, exp and divide (3 x 8), sum (4) forward; the
 #   in-place multiply by the output gradient (8) and the cast to bf16 (4 + 2) backward: 52.
-LOSS_BYTES_PER_LOGIT: dict[str, float] = {'hf': 48.0, 'megatron': 52.0}
+# * ``chunked`` (``--loss chunked``: Liger's fused linear cross-entropy, linkedin/Liger-Kernel
+#   src/liger_kernel/ops/fused_linear_cross_entropy.py and ops/cross_entropy.py): per chunk
+#   of rows, an online-softmax pass over the bf16 logits (read 2), then a second pass that
+#   writes the gradient over them (read 2, write 2), both in forward; backward only scales
+#   the saved gradients of the head's input and weight: 6.
+LOSS_BYTES_PER_LOGIT: dict[str, float] = {'hf': 48.0, 'megatron': 52.0, 'chunked': 6.0}
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, seq_len: int, attention: str,
@@ -497,6 +502,7 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
                      framework: str = DEFAULT_FRAMEWORK, options: StepTimeOptions | None = None,
                      calibration: CalibrationProfile | Mapping | None = None,
                      lora: LoraSpec | None = None,
+                     loss: str = '',
                      partition_activations: bool = False,
                      zero_bubble: bool = False,
                      grad_reduce_in_bf16: bool = False) -> StepTimeArrays:
@@ -516,6 +522,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
             PyTorch, slower; ``planner.timing.efficiency.framework_factor``).
         options: model constants; defaults documented in docs/time-model.md.
         calibration: measured efficiencies replacing the default curve.
+        loss: the loss implementation (``planner.memory.training.LOSSES``; '' : the
+            stack's own), whose memory traffic is timed on the last stage.
         lora: train LoRA adapters on a frozen base (QLoRA with ``base_bits`` 4 or 8)
             instead of every weight. PEFT runs it data parallel only, so the plan
             search passes TP = PP = CP = 1; other layouts are timed by the same
@@ -543,7 +551,8 @@ def step_time_arrays(model: ModelSpec, seq_len: int, gpu: GpuSpec, inter_node: L
     rc = np.asarray(lay.recompute)
     mb = _microbatch_compute(model, seq_len, gpu, lay, r, lora, attention=attention,
                              torchtitan=stack.key == 'torchtitan', calibration=calibration,
-                             framework=framework, loss=stack.loss, peak=peak, links=links,
+                             framework=framework, loss=resolve_loss(loss, stack.loss),
+                             peak=peak, links=links,
                              o=o)
     tp_mb = _tp_comm_s(model, lay, r, rc, mb, links, o, partition_activations)
     cp_mb = _cp_comm_s(model, seq_len, lay, r, rc, attention == 'flash', mb, peak, links, o,

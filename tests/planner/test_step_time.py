@@ -341,3 +341,25 @@ def test_megatron_times_gpt_oss_eager_clamp_and_expert_bias(recompute):
     from planner.timing.step_time import megatron_expert_eager_bytes_per_token
 
     assert not np.any(megatron_expert_eager_bytes_per_token(find_preset('qwen3-30b-a3b'), 2))
+
+
+@pytest.mark.parametrize(('tp', 'pp'), [(1, 1), (2, 1), (2, 2)])
+def test_the_loss_is_timed_by_its_kernels_on_the_last_stage(tp, pp):
+    """The cross-entropy moves a fixed number of bytes per logit (V/t per token: vocab-
+    parallel under TP) on the last stage: 48 for the fp32 aten loss, 52 for Megatron's
+    unfused one, 6 for Liger's chunked kernel; the user's ``loss`` overrides the stack's
+    own, and nothing else in the step changes with it."""
+    model = megatron_gpt(16, 2048, 24)
+    lay = layout(8, tp, pp, 1, 2, 64, 0)
+    hbm = find_gpu(A100).hbm_bandwidth_bytes_per_s * StepTimeOptions().hbm_efficiency
+    steps = {loss: megatron_step(model, lay, loss=loss)
+             for loss in ('', 'megatron', 'hf', 'chunked')}
+    assert float(steps[''].step_time_s) == float(steps['megatron'].step_time_s)
+    micro_batches = float(lay.grad_accum)
+    logits = micro_batches * 2 * SEQ * model.vocab_size / tp
+    layers_mb = float(steps['hf'].elementwise_s) - 48 * logits / hbm
+    for loss, per_logit in (('megatron', 52), ('chunked', 6)):
+        loss_s = float(steps[loss].elementwise_s) - layers_mb
+        assert loss_s == pytest.approx(per_logit * logits / hbm, rel=1e-9)
+        assert float(steps[loss].compute_s) == pytest.approx(float(steps['hf'].compute_s),
+                                                             rel=1e-12)
