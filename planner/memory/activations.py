@@ -18,7 +18,7 @@ sequence parallelism shards the replicated parts, ``rc`` the recompute code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -65,15 +65,34 @@ def half_recomputed_layers(layers: int, pp, vpp) -> np.ndarray:
 MASK_BYTES = 1  # dropout masks are bool tensors
 
 
+_TERM_FIELDS = ('hidden', 'sharded', 'score', 'per_head_token', 'per_token', 'sp_token',
+                'routed', 'routed_ep', 'routed_a2a', 'expert_pad')
+
+
 @dataclass(frozen=True)
 class LayerTerms:
-    """Bytes one layer saves, split by how each part scales under TP/SP/CP.
+    """Bytes one layer saves, split by how each part scales under TP/SP/CP/EP.
 
     All coefficients multiply tokens on this rank (T = b·s/c) unless named:
     ``hidden`` by T·h and replicated across TP ranks unless SP is on; ``sharded``
     already includes q, kv and f widths and is divided by t; ``score`` multiplies
     the attention-score elements b·(a/t)·s·(s/c); ``per_head_token`` multiplies
     b·(a/t)·(s/c); ``per_token`` multiplies T and is replicated.
+
+    An MoE layer's router and dispatcher work on the rank's sequence shard, and its
+    experts on the tokens routed to them (Megatron-Core):
+
+    * ``sp_token`` multiplies T and is divided like ``hidden`` (by t under SP): per-token
+      tensors of the rank's own tokens (router probabilities, top-k indices);
+    * ``routed`` multiplies T·et/t (t where SP is off): per-token tensors of the routed
+      copies a rank holds after the EP all-to-all and the all-gather over the et ranks
+      that split each expert (the expert input, k·h per token);
+    * ``routed_ep`` multiplies T·et/t·ep: per token of the all-gather dispatcher's
+      gathered rows, which span the EP group;
+    * ``routed_a2a`` multiplies T·et/t where EP > 1 (0 at EP 1): the all-to-all outputs
+      torchtitan's op-level SAC keeps;
+    * ``expert_pad`` is bytes per layer at EP 1, divided by ep, whatever the tokens: rows
+      torchtitan pads every local expert's token group with (``generate_permute_indices``).
     """
 
     hidden: float
@@ -81,20 +100,45 @@ class LayerTerms:
     score: float
     per_head_token: float
     per_token: float
+    sp_token: float = 0.0
+    routed: float = 0.0
+    routed_ep: float = 0.0
+    routed_a2a: float = 0.0
+    expert_pad: float = 0.0
 
     def minus(self, other: LayerTerms) -> LayerTerms:
         """The coefficient-wise difference (what ``self`` saves beyond ``other``)."""
-        return LayerTerms(*(getattr(self, k) - getattr(other, k) for k in (
-            'hidden', 'sharded', 'score', 'per_head_token', 'per_token')))
+        return LayerTerms(*(getattr(self, k) - getattr(other, k) for k in _TERM_FIELDS))
+
+    def plus(self, other: LayerTerms) -> LayerTerms:
+        """The coefficient-wise sum (two blocks of one layer)."""
+        return LayerTerms(*(getattr(self, k) + getattr(other, k) for k in _TERM_FIELDS))
+
+    def at_least(self, other: LayerTerms) -> LayerTerms:
+        """The coefficient-wise maximum: at least what either saves, at any shape."""
+        return LayerTerms(*(max(getattr(self, k), getattr(other, k)) for k in _TERM_FIELDS))
 
     def bytes(self, b: np.ndarray, s: np.ndarray, t: np.ndarray, c: np.ndarray,
-              sp: np.ndarray, h: int, a: int) -> np.ndarray:
-        """Evaluate for arrays of micro-batch, sequence, TP, CP and SP flags."""
+              sp: np.ndarray, h: int, a: int, et=None, ep=1) -> np.ndarray:
+        """Evaluate for arrays of micro-batch, sequence, TP, CP and SP flags.
+
+        ``et``: the ranks each expert is split over (None: t, Megatron's default
+        ``--expert-tensor-parallel-size``, the larger); ``ep``: the expert-parallel size.
+        Both matter only to MoE layers.
+        """
         tokens = b * s / c
         hidden_div = np.where(sp & (t > 1), t, 1)
-        return (tokens * (self.hidden * h / hidden_div + self.sharded / t + self.per_token)
-                + self.score * b * (a / t) * s * (s / c)
-                + self.per_head_token * b * (a / t) * (s / c))
+        out = (tokens * (self.hidden * h / hidden_div + self.sharded / t + self.per_token)
+               + self.score * b * (a / t) * s * (s / c)
+               + self.per_head_token * b * (a / t) * (s / c))
+        if not (self.sp_token or self.routed or self.routed_ep or self.routed_a2a
+                or self.expert_pad):
+            return out  # a dense layer
+        et = t if et is None else et
+        ep = np.asarray(ep)
+        routed = (self.routed + self.routed_ep * ep
+                  + self.routed_a2a * (ep > 1)) * et / hidden_div
+        return out + tokens * (self.sp_token / hidden_div + routed) + self.expert_pad / ep
 
 
 def _dropout(p: float) -> float:
@@ -109,29 +153,211 @@ def megatron_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
     Reproduces sbh(34 + 5as/h) for GPT-3 shapes with dropout. The four linears' inputs
     (QKV, out-projection, fc1, fc2) are saved in the recipe's ``linear_input_bytes``
     (fp8 under Transformer Engine's fp8).
+
+    An MoE model's layers save the MoE block of :func:`megatron_moe_terms` in place of
+    the dense MLP; where it keeps leading dense layers (``first_dense_layers``), one
+    layer is counted at the larger of the two, coefficient by coefficient.
     """
     e = r.act_bytes
     lin = r.linear_input_bytes or e
     q, kv = m.q_size, m.kv_size
-    f = m.moe.top_k * m.moe.expert_ffn_size if m.moe else m.ffn_size
     hid_mask = _dropout(m.hidden_dropout) * MASK_BYTES
     if recompute == 'full':
         return LayerTerms(hidden=e, sharded=0.0, score=0.0, per_head_token=0.0, per_token=0.0)
-    # Replicated outside the TP regions: two norm inputs, QKV and fc1 inputs, two masks.
-    hidden = 2 * e + 2 * lin + 2 * hid_mask  # LN1 in, LN2 in, QKV in, fc1 in; two masks
+    # Replicated outside the TP regions: two norm inputs, the QKV input, two masks.
+    hidden = 2 * e + lin + 2 * hid_mask  # LN1 in, LN2 in, QKV in; two masks
     sharded = e * (q + kv) + e * kv + lin * q  # Q and K, V, out-projection input
-    sharded += e * (2 * f if m.gated_mlp else f) + lin * f  # act input(s), fc2 input
     score = per_head = 0.0
     if attention == 'eager' and recompute != 'selective':
         score = e + _dropout(m.attention_dropout) * (MASK_BYTES + e)  # softmax out, mask, out
     elif attention == 'flash':
         per_head = 4.0  # fp32 log-sum-exp kept by the fused kernel
-    return LayerTerms(hidden=hidden, sharded=sharded, score=score, per_head_token=per_head,
+    attn = LayerTerms(hidden=hidden, sharded=sharded, score=score, per_head_token=per_head,
                       per_token=0.0)
+    if m.moe is None:
+        return attn.plus(_megatron_dense_mlp(m, r, m.ffn_size))
+    mlp = megatron_moe_terms(m, r)
+    if m.moe.first_dense_layers:
+        mlp = mlp.at_least(_megatron_dense_mlp(m, r, m.ffn_size))
+    return attn.plus(mlp)
+
+
+def _megatron_dense_mlp(m: ModelSpec, r: PrecisionRecipe, f: int) -> LayerTerms:
+    """A dense MLP of inner width ``f`` (TE's fused LayerNormLinear fc1 and the fused
+    bias-SwiGLU/GeLU): the fc1 input, the activation's input(s) and the fc2 input."""
+    e = r.act_bytes
+    lin = r.linear_input_bytes or e
+    return LayerTerms(hidden=lin, sharded=e * (2 * f if m.gated_mlp else f) + lin * f,
+                      score=0.0, per_head_token=0.0, per_token=0.0)
+
+
+@dataclass(frozen=True)
+class MegatronMoEChoices:
+    """The Megatron-Core switches that change what an MoE layer saves.
+
+    Attributes:
+        dispatcher: ``--moe-token-dispatcher-type``: 'allgather' (Megatron-LM's default)
+            or 'alltoall' (what Megatron-Bridge's recipes run; 'flex' is bounded by
+            'allgather', see :func:`megatron_moe_terms`).
+        router: the score function as run: 'softmax' (top-k on the logits, then a softmax
+            over the k: ``--moe-router-pre-softmax`` off, the default), 'softmax_pre',
+            'sigmoid', or 'fused' (``--moe-router-fusion``, TE's kernel).
+        aux: the load-balancing loss's scores: 'none' (``--moe-aux-loss-coeff 0``, the
+            default), 'softmax', 'sigmoid' or 'fused'.
+        z_loss: ``--moe-z-loss-coeff`` set.
+        permute_fused: ``--moe-permute-fusion`` (TE's permutation kernels).
+        router_fp32: ``--moe-router-dtype fp32``: the probabilities in fp32, else in the
+            activations' dtype.
+        shared_gate: ``--moe-shared-expert-gate`` (with shared experts).
+    """
+
+    dispatcher: str = 'allgather'
+    router: str = 'softmax'
+    aux: str = 'none'
+    z_loss: bool = False
+    permute_fused: bool = False
+    router_fp32: bool = False
+    shared_gate: bool = False
+
+
+def megatron_moe_block(m: ModelSpec, r: PrecisionRecipe, ch: MegatronMoEChoices) -> LayerTerms:
+    """What one Megatron-Core MoE block saves under the switches ``ch``, its input (the
+    pre-MLP norm's output) included, counted op by op from NVIDIA/Megatron-LM
+    megatron/core/transformer/moe/ (megatron-core 0.16.1; the same at d98e8a6) and
+    NVIDIA/TransformerEngine (d0067d0) for the fused kernels. Measured on the CPU for
+    the unfused switches by tests/stacks/test_moe_activations.py.
+
+    Bytes per token (h hidden, E experts, k routed per token, f an expert's width, e the
+    activations' bytes, l a linear's saved input, p the probabilities' bytes):
+
+    * router (router.py ``TopKRouter``, moe_utils.py ``router_gating_linear`` and
+      ``topk_routing_with_score_function``): the gating linear keeps its input, the
+      block's input (e·h). Unfused: torch.topk keeps its int64 indices (8k) and the
+      softmax over the k its fp32 output (4k); 'softmax_pre' the softmax over E (4E) and
+      the indices; 'sigmoid' the fp32 sigmoid over E (4E), the indices, and the division
+      that normalises the k its numerator and denominator (p·k + p). TE's fused router
+      (transformer_engine/pytorch/router.py ``FusedTopkScoreFunction``, csrc/extensions/
+      router.cpp) keeps a bool routing map and an fp32 intermediate, both E wide (5E).
+    * load-balancing loss (``compute_routing_scores_for_aux_loss``): a softmax over E in
+      fp32 (4E) and the top-k indices of those scores (8k, topk's backward keeps them);
+      with a sigmoid, the sigmoid in the logits' dtype and the normaliser (p·E + 8k + p);
+      TE's fused scores an fp32 intermediate (4E). The z-loss (``z_loss_func``):
+      logsumexp keeps the logits and its output (p·E + p).
+    * dispatch (token_dispatcher.py, moe_utils.py ``permute``): the alltoall dispatcher
+      permutes the probabilities with ``probs.T.contiguous().masked_select(mask)``, which
+      keeps both (p·E + E), and the tokens by ``index_select`` on the int64 sorted indices
+      (8k, the same tensor the unpermute's ``scatter_add_`` keeps). TE's fused permutation
+      (transformer_engine/pytorch/permutation.py ``moe_permute_with_probs``) keeps an
+      int32 row map of 2E + 1 columns (8E + 4) instead, and with several local experts
+      its chunk sorts one int32 map each way per routed copy (8k, ``routed``). The
+      allgather dispatcher does the same on the rows gathered over the EP x expert-TP
+      group, restricted to the local experts: p·E + E and 8k, or (8E/ep + 4) per gathered
+      row fused: all ``routed``.
+    * experts (experts.py ``TEGroupedMLP``/``SequentialMLP``, fusions/fused_bias_swiglu.py
+      ``WeightedSwiGLUFunction``): fc1 keeps the routed copies (l·k·h, replicated over
+      the expert-TP ranks after their all-gather), the weighted activation its input (the
+      fc1 output, 2·e·k·f, split over the expert-TP ranks) and the permuted probabilities
+      (p·k), fc2 its input (l·k·f). GPT-OSS's clamped GEGLU
+      (fusions/fused_bias_geglu.py ``weighted_bias_quick_geglu_impl``) clamps both halves
+      and concatenates them before the fused function: the clamps keep the fc1 output
+      and the function the clamped copy, 2·e·k·f more. A plain (non-gated) activation has
+      no fused weighted kernel (mlp.py raises), so it runs unfused: the fc1 output, the
+      activation's output (multiplied by the probabilities) and the fc2 input.
+    * shared experts (shared_experts.py ``SharedExpertMLP``): a dense MLP on the block's
+      input (under fp8 TE's fc1 keeps its own quantized copy of it); with a gate, the
+      sigmoid's output (e) and the shared output it multiplies (e·h).
+
+    Not counted: per-layer (not per-token) tensors (the loss's per-expert counts, 8E B,
+    and scalars), the DeepEP/HybridEP dispatch handles (held by the autograd context, not
+    saved through it), ``--no-bias-swiglu-fusion`` (unfused SwiGLU keeps more),
+    and the pre-MLP norm's statistics (4 B per token, not counted for dense layers either).
+    """
+    moe = m.moe
+    assert moe is not None
+    e = float(r.act_bytes)
+    lin = float(r.linear_input_bytes or e)
+    h, n_exp, k, f = m.hidden_size, moe.num_experts, moe.top_k, moe.expert_ffn_size
+    p = 4.0 if ch.router_fp32 else e
+    hidden = e  # the router's input, the block's input
+    sp_token = {'softmax': 12.0 * k, 'softmax_pre': 4.0 * n_exp + 8 * k,
+                'sigmoid': 4.0 * n_exp + 8 * k + p * k + p, 'fused': 5.0 * n_exp}[ch.router]
+    sp_token += {'none': 0.0, 'softmax': 4.0 * n_exp + 8 * k,
+                 'sigmoid': p * n_exp + 8 * k + p, 'fused': 4.0 * n_exp}[ch.aux]
+    if ch.z_loss:
+        sp_token += p * n_exp + p
+    routed = lin * k * h + p * k  # the experts' input, the permuted probabilities
+    routed_ep = 0.0
+    if ch.dispatcher == 'alltoall':
+        sp_token += (8.0 * n_exp + 4) if ch.permute_fused else (p * n_exp + n_exp + 8 * k)
+        if ch.permute_fused:
+            routed += 8.0 * k  # the chunk sorts' int32 maps (several local experts)
+    else:
+        routed += p * n_exp + n_exp + (8.0 * n_exp if ch.permute_fused else 8.0 * k)
+        routed_ep = 4.0 if ch.permute_fused else 0.0
+    # gated: the fc1 output (2f wide); plain: the fc1 output and the activation's (f each)
+    sharded = 2 * e * k * f + lin * k * f  # and the fc2 input
+    if m.gated_mlp and m.clamped_glu:
+        sharded += 2 * e * k * f  # the clamped copy
+    if moe.shared_experts:
+        fs = moe.shared_experts * (moe.shared_ffn_size or f)
+        sharded += e * (2 * fs if m.gated_mlp else fs) + lin * fs
+        if lin != e:
+            hidden += lin  # TE's fp8 fc1 keeps a quantized copy of the block's input
+        if ch.shared_gate:
+            hidden += e
+            sp_token += e
+    return LayerTerms(hidden=hidden, sharded=sharded, score=0.0, per_head_token=0.0,
+                      per_token=0.0, sp_token=sp_token, routed=routed, routed_ep=routed_ep)
+
+
+def megatron_moe_terms(m: ModelSpec, r: PrecisionRecipe) -> LayerTerms:
+    """One Megatron-Core MoE block at the switches that keep the most.
+
+    batchfit's request names none of them, so each is taken where it saves more: the
+    fp32 probabilities, the z-loss and a load-balancing loss, the shared-expert gate, and
+    per block the larger of the unfused and the fused kernels (the router and the
+    permutation; the fused ones keep E-wide maps). For the dispatcher: allgather (the
+    default) keeps at least what alltoall keeps wherever E·(p + 1) >= 8k (its gathered
+    rows cover the alltoall's by the expert-TP size, and its fused map is as wide), so
+    it alone is counted there; elsewhere both are, coefficient by coefficient. The flex
+    dispatcher (DeepEP) permutes at most every gathered row once with the local experts'
+    E/ep-wide maps: no more than allgather's. Routing is assumed balanced: each rank's
+    experts receive k·T·et/t routed copies (the mean); a rank whose experts draw more
+    tokens saves proportionally more (Megatron's dropless default caps nothing).
+    Megatron-LM d7288711 (Megatron-Bridge v0.4.1's) permutes unfused by an argsort, keeping
+    two int64 k-long maps (16k) where megatron-core 0.16.1 keeps the masked select's
+    p·E + E + 8k: below the allgather bound too.
+    """
+    moe = m.moe
+    assert moe is not None
+    best: LayerTerms | None = None
+    for dispatcher in ('allgather', 'alltoall'):
+        for router in ('softmax', 'softmax_pre', 'sigmoid', 'fused'):
+            for aux in ('softmax', 'sigmoid', 'fused'):
+                for fused in (False, True):
+                    terms = megatron_moe_block(m, r, MegatronMoEChoices(
+                        dispatcher=dispatcher, router=router, aux=aux, z_loss=True,
+                        permute_fused=fused, router_fp32=True, shared_gate=True))
+                    best = terms if best is None else best.at_least(terms)
+        if moe.num_experts * 5 >= 8 * moe.top_k:
+            break  # allgather keeps at least what alltoall does (see above)
+    assert best is not None
+    return best
 
 
 def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
                    recompute: str) -> LayerTerms:
+    """What PyTorch autograd saves for one Hugging Face decoder layer (:func:`_hf_layer`);
+    for an MoE model that keeps leading dense layers, the larger of its two kinds of
+    layer, coefficient by coefficient."""
+    terms = _hf_layer(m, r, attention, recompute)
+    if m.moe is not None and m.moe.first_dense_layers and recompute != 'full':
+        terms = terms.at_least(_hf_layer(replace(m, moe=None), r, attention, recompute))
+    return terms
+
+
+def _hf_layer(m: ModelSpec, r: PrecisionRecipe, attention: str,
+              recompute: str) -> LayerTerms:
     """What PyTorch autograd saves for one Hugging Face decoder layer.
 
     Counted op by op (verified against MemTracker in tests/groundtruth):
@@ -231,8 +457,12 @@ def hf_layer_terms(m: ModelSpec, r: PrecisionRecipe, attention: str,
             score += e  # Gemma-2's tanh(scores / cap) output, saved by tanh
         if m.attention_sinks:
             # the softmax runs over the scores and one sink logit per head (GPT-OSS's
-            # ``eager_attention_forward``): its saved output has one more column
-            per_head += softmax
+            # ``eager_attention_forward``): its saved output has one more column, and the
+            # ``combined_logits.max(dim=-1, keepdim=True)`` subtracted before it keeps its
+            # int64 indices, one per head and token (transformers
+            # models/gpt_oss/modeling_gpt_oss.py; measured per layer in
+            # tests/groundtruth/test_hf_moe_layers.py)
+            per_head += softmax + 8.0
     elif attention == 'flash':
         per_head += 4.0
     return LayerTerms(hidden=hidden, sharded=sharded, score=score, per_head_token=per_head,
@@ -278,7 +508,17 @@ def hf_moe_terms(m: ModelSpec, r: PrecisionRecipe) -> tuple[float, float, float]
         # clamped gate, σ(α·gate), up + 1 and their product are saved where SwiGLU saves
         # act(gate) alone: three more k·f tensors.
         sharded += c * 3 * k * fe
-    per_token = 4.0 * moe.num_experts + 32.0 * k + 4.0
+    # Per token (transformers models/{mixtral,qwen2_moe,qwen3_moe,gpt_oss}: the routers;
+    # integrations/moe.py ``grouped_mm_experts_forward``): the fp32 softmax over E (4E);
+    # topk's int64 indices (8k); the sort permutation, its ``// k`` gather index and the
+    # inverse permutation (3 x 8k), and with expert biases the expert ids that gather them
+    # (8k); the gathered routing weights the expert output is multiplied by (k, fp32 at
+    # most: Mixtral does not cast them back); and where the top-k weights are renormalised
+    # in place (Mixtral; Qwen's ``norm_topk_prob``) the clone of the top-k values the
+    # in-place division keeps (4k) and the sum it divides by (4). Measured per layer in
+    # tests/groundtruth/test_hf_moe_layers.py.
+    per_token = 4.0 * moe.num_experts + 8.0 * k + 8.0 * k * (4 if m.mlp_bias else 3) \
+        + 4.0 * k + 4.0 * k + 4.0
     if moe.shared_experts:
         fs = moe.shared_ffn_size or fe
         hidden += (3 * e if r.autocast else 0.0) + e  # gate/up/gate-gate casts, its output

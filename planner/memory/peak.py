@@ -53,6 +53,7 @@ from planner.memory.model_states import (
     OFFLOAD_CODES,
     ModelStateBytes,
     StageParams,
+    expert_tp,
     hf_uncast_expert_matmul,
     model_state_bytes,
     stage_params,
@@ -480,10 +481,13 @@ def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions
     stack = STACKS[opts.framework]
     lora = opts.lora if stack.kernels == 'hf' else None
     sp = np.asarray(cfg.sequence_parallel, bool)
+    # an MoE layer's routed copies: over the ranks splitting each expert, and the EP group
+    et = expert_tp(cfg.tp, cfg.etp) if model.moe is not None else None
     per_layer = [stack_layer_terms(stack, model, r, opts.attention, mode, lora,
                                    opts.partition_activations)
                  .bytes(cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp, sp, model.hidden_size,
-                        model.num_heads) for mode in ('none', 'selective', 'full')]
+                        model.num_heads, et=et, ep=cfg.ep)
+                 for mode in ('none', 'selective', 'full')]
     by_code = by_recompute_code(*per_layer)
     return np.choose(cfg.recompute, by_code), by_code[0], by_code[2]
 

@@ -340,6 +340,9 @@ def _gpt_oss(cfg: Config) -> dict[str, Any]:
     values = {**_llama_like(cfg, tie=False, max_positions=131072),
               **_all_attn_bias(cfg, True), 'mlp_bias': True, 'attention_sinks': True,
               'clamped_glu': True, 'softmax_fp32': False,
+              # GptOssRMSNorm multiplies by its weight in fp32:
+              # ``(self.weight * hidden_states).to(input_dtype)``
+              'norm_fp32': True,
               'attention_masks': 2 if cfg.get('sliding_window') else 1}
     values['moe'] = MoESpec(num_experts=_int(cfg, 'num_local_experts', 128),
                             top_k=_int(cfg, 'num_experts_per_tok', 4),
