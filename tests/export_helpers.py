@@ -49,7 +49,8 @@ def make_plan(*, model: str = 'llama-3.2-1b', nodes: int = 2, gpus_per_node: int
               precision: str = '', framework: str = '', optimizer: str = 'adamw',
               base_lr: float | None = 3e-4, seq_len: int = 2048,
               tokens: float = 2e10, lora: LoraSpec | None = None, compile: bool = False,
-              async_tp: bool = False, uneven_pipeline: bool = False) -> PlanFile:
+              async_tp: bool = False, uneven_pipeline: bool = False,
+              loss: str = '') -> PlanFile:
     """A plan from a real search, pinned to one layout (LoRA with ``lora``); with no
     ``framework``, the best stack that runs the layout, with its own recipe.
 
@@ -64,9 +65,9 @@ def make_plan(*, model: str = 'llama-3.2-1b', nodes: int = 2, gpus_per_node: int
                           recompute=recompute, global_batch=global_batch, precision=precision,
                           framework=framework, optimizer=optimizer, base_lr=base_lr,
                           seq_len=seq_len, tokens=tokens, lora=lora, compile=compile,
-                          async_tp=async_tp, uneven_pipeline=uneven_pipeline)
+                          async_tp=async_tp, uneven_pipeline=uneven_pipeline, loss=loss)
     except InputError:
-        if not (framework or precision):
+        if not (framework or precision) or loss:  # a refused loss is never papered over
             raise
     plan = _make_plan(model=model, nodes=nodes, gpus_per_node=gpus_per_node, tp=tp, pp=pp,
                       cp=cp, vpp=vpp, micro_batch=micro_batch, zero=zero, recompute='',
@@ -83,7 +84,8 @@ def _make_plan(*, model: str, nodes: int, gpus_per_node: int, tp: int, pp: int, 
                vpp: int, micro_batch: int, zero: int, recompute: str, global_batch: int,
                precision: str, framework: str, optimizer: str, base_lr: float | None,
                seq_len: int, tokens: float, lora: LoraSpec | None, compile: bool = False,
-               async_tp: bool = False, uneven_pipeline: bool = False) -> PlanFile:
+               async_tp: bool = False, uneven_pipeline: bool = False,
+               loss: str = '') -> PlanFile:
     request = PlanRequest(
         model=find_preset(model), seq_len=seq_len, gpu=find_gpu('h100-sxm'), max_nodes=nodes,
         gpus_per_node=gpus_per_node,
@@ -93,7 +95,7 @@ def _make_plan(*, model: str, nodes: int, gpus_per_node: int, tp: int, pp: int, 
         recompute_modes=(recompute,) if recompute else ('none', 'selective', 'full'),
         precision=precision,
         optimizer=optimizer, framework=framework, lora=lora, compile=compile,
-        async_tp=async_tp,
+        async_tp=async_tp, loss=loss,
         limits=LayoutLimits(gpus=(nodes * gpus_per_node,), tp=(tp,), pp=(pp,), cp=(cp,),
                             vpp=(vpp,), micro_batch=(micro_batch,),
                             min_tokens_per_cp_rank=1, uneven_pipeline=uneven_pipeline))

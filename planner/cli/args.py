@@ -200,8 +200,11 @@ def add_memory_option_args(p: argparse.ArgumentParser) -> None:
                         'first that runs the layout')
     p.add_argument('--loss', choices=LOSSES[1:], default='',
                    help="loss implementation (default: the stack's): hf (fp32 upcast of "
-                        "the logits), chunked (fused/chunked CE such as Liger's), "
-                        "vocab-parallel (Megatron's; also spelled megatron)")
+                        "the logits; hf, hf-deepspeed, torchtitan), chunked (Liger's fused "
+                        'linear cross-entropy; hf, hf-deepspeed, on a model type Liger '
+                        "patches), vocab-parallel (Megatron's, also spelled megatron; "
+                        'megatron, deepspeed). A stack that cannot run it refuses it; '
+                        'without --framework only the stacks that run it are searched')
     p.add_argument('--loop', choices=LOOPS, default=LOOPS[0],
                    help='training loop: keep-outputs (accelerate/plain loops hold the '
                         'model output, its logits, through backward and the step; the '

@@ -109,7 +109,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         raise InputError('--gpus-per-node', f'{world} GPUs are not divisible by tp x pp x cp '
                          f'= {per_replica}', f'a multiple of {per_replica} GPUs')
     lora = lora_from_args(args)
-    stack = estimate_stack(args, lora is not None)
+    stack = estimate_stack(args, lora is not None, model.hf_model_type)
     precision = (stack.recipe_of(args.precision, args.zero) if args.precision
                  else stack.recipe_for(args.zero, lora is not None))
     setup = TrainingSetup(
@@ -144,9 +144,10 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def estimate_stack(args: argparse.Namespace, lora: bool):
+def estimate_stack(args: argparse.Namespace, lora: bool, model_type: str = ''):
     """The stack an estimate is for: ``--framework``, checked against the layout and
-    overrides, else the first stack that runs them (``planner.stacks.STACKS`` order).
+    overrides (``--loss`` on a model of Hugging Face type ``model_type`` among them), else
+    the first stack that runs them (``planner.stacks.STACKS`` order).
 
     Raises:
         InputError: the named stack (or every stack) cannot run the configuration.
@@ -161,7 +162,8 @@ def estimate_stack(args: argparse.Namespace, lora: bool):
     def check(stack) -> None:
         stack.check(precision=args.precision, zero_stages=(args.zero,),
                     recompute_modes=(args.recompute,), lora=lora,
-                    options=switches, field_names=having)
+                    options=switches, loss=args.loss, model_type=model_type,
+                    field_names=having)
         stack.check_layout(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep,
                            zero=args.zero, etp=args.etp, dp_replicate=args.dp_replicate,
                            lora=lora)
@@ -170,6 +172,10 @@ def estimate_stack(args: argparse.Namespace, lora: bool):
         stack = get_stack(args.framework)
         check(stack)
         return stack
+    if args.loss and not any(s.runs_loss(args.loss, model_type) for s in STACKS.values()):
+        # every stack with this loss refuses the model (Liger's model types): say why
+        next(s for s in STACKS.values() if args.loss in s.losses).check(
+            loss=args.loss, model_type=model_type)
     for stack in STACKS.values():
         try:
             check(stack)

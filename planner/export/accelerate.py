@@ -21,6 +21,7 @@ from planner.export.base import (
     ExportOptions,
     header,
     hybrid_shard_sizes,
+    liger_notes,
     lora_notes,
     precision_kind,
     refuse,
@@ -108,7 +109,7 @@ def accelerate_config(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
         notes.append('tf32: set torch.backends.cuda.matmul.allow_tf32 = True in your script')
     notes.append(f'your DataLoader yields micro-batches of {n.micro_batch} per process; the '
                  'BATCHFIT_* variables carry the plan numbers to your script')
-    return config, notes + lora_notes(plan)
+    return config, notes + lora_notes(plan) + liger_notes(plan)
 
 
 def launch_words(n: BatchNumbers, options: ExportOptions) -> list[str]:

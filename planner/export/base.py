@@ -300,6 +300,42 @@ def lora_notes(plan: PlanFile) -> list[str]:
     return notes
 
 
+def chunked_loss(plan: PlanFile) -> bool:
+    """Whether the plan counts Liger's fused linear cross-entropy (``--loss chunked``): no
+    b·s·vocab logits, so a launch without it needs more memory than planned."""
+    return plan.constraints.loss == 'chunked'
+
+
+def liger_notes(plan: PlanFile) -> list[str]:
+    """What the user's own script must do to run the plan's chunked loss (nothing for
+    another loss).
+
+    Liger's ``AutoLigerKernelForCausalLM`` applies the family's ``apply_liger_kernel_to_*``
+    before building the model (linkedin/Liger-Kernel
+    src/liger_kernel/transformers/auto_model.py), whose patched forward skips the logits in
+    training when labels are given (``skip_logits``: transformers/model/llama.py).
+    """
+    if not chunked_loss(plan):
+        return []
+    kind = plan.model.spec.hf_model_type
+    return [f"--loss chunked: the plan counts Liger's fused linear cross-entropy (no "
+            f'b x s x vocabulary logits): pip install liger-kernel, build the model with '
+            f'liger_kernel.transformers.AutoLigerKernelForCausalLM (from_pretrained or '
+            f'from_config; or call apply_liger_kernel_to_{kind}() before building it) and '
+            'pass it the labels in training mode; without it the job keeps the fp32 logits '
+            'and needs more memory than planned']
+
+
+def refuse_chunked_loss(plan: PlanFile, fmt: str, tool: str, loss: str) -> None:
+    """Refuse a ``--loss chunked`` plan for a launcher that runs its own ``loss``."""
+    if chunked_loss(plan):
+        raise refuse(fmt, f"the plan counts Liger's fused linear cross-entropy (--loss "
+                     f'chunked, no b x s x vocabulary logits); {tool} runs its {loss} over '
+                     'the whole logits, which needs more memory than planned',
+                     'export it as hf, llamafactory, accelerate, torchrun, lightning, '
+                     'deepspeed or slurm, or re-plan without --loss chunked')
+
+
 def header(plan: PlanFile, n: BatchNumbers, tool: str) -> list[str]:
     """The lines every export starts with (as comment text)."""
     c, m = plan.candidate, plan.model
@@ -318,6 +354,8 @@ def header(plan: PlanFile, n: BatchNumbers, tool: str) -> list[str]:
     if spec is not None:
         lines.append(f'LoRA fine-tuning: rank {spec.rank} on {",".join(spec.targets)}, '
                      f'{spec.base_bits}-bit frozen base')
+    if chunked_loss(plan):
+        lines.append("loss: Liger's fused linear cross-entropy (--loss chunked)")
     if g.learning_rate is not None:
         lines.append(f'learning rate {learning_rate(plan)}: {g.learning_rate_source}')
     if g.warmup_steps is not None:

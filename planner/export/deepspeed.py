@@ -14,6 +14,7 @@ from planner.export.base import (
     Export,
     ExportOptions,
     learning_rate,
+    liger_notes,
     lora_notes,
     precision_kind,
     refuse,
@@ -102,7 +103,7 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     """The DeepSpeed JSON."""
     refuse_hybrid_shard(plan, 'deepspeed')
     config, notes = deepspeed_dict(plan, n)
-    notes += lora_notes(plan)
+    notes += lora_notes(plan) + liger_notes(plan)
     if n.model_parallel > 1:
         notes.append(f'tp x pp x cp = {n.model_parallel}: train_batch_size counts the {n.dp} '
                      'data-parallel ranks only; pass your model-parallel unit as mpu= to '

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from planner.export.base import (
     Export,
     ExportOptions,
+    chunked_loss,
     header,
     hybrid_shard_sizes,
     learning_rate,
@@ -88,11 +89,26 @@ def training_arguments(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
         config, ds_notes = deepspeed_dict(plan, n, fmt, standalone=False)
         args['deepspeed'] = config
         notes += ds_notes
+    if chunked_loss(plan):
+        # Liger's fused linear cross-entropy, as planned: the Trainer calls
+        # _apply_liger_kernel_to_instance(model) (huggingface/transformers
+        # src/transformers/trainer.py, src/transformers/integrations/liger.py)
+        args['use_liger_kernel'] = True
+        notes.append(liger_trainer_note(plan))
     optim = HF_OPTIMIZERS[plan.constraints.optimizer]
     args['optim'] = optim
     if plan.constraints.optimizer == 'sgd-momentum':
         args['optim_args'] = 'momentum=0.9'
     return args, notes
+
+
+def liger_trainer_note(plan: PlanFile) -> str:
+    """What the Trainer's Liger switch needs: the package (transformers raises without
+    it), and a ``PreTrainedModel`` of a type Liger patches (another model is only warned
+    about, and keeps its logits: src/transformers/integrations/liger.py)."""
+    return (f"Liger's kernels (the planned --loss chunked, its fused linear cross-entropy): "
+            f'pip install liger-kernel; the model must be a transformers PreTrainedModel '
+            f'of model_type {plan.model.spec.hf_model_type}, as planned')
 
 
 def environment(plan: PlanFile, n: BatchNumbers, options: ExportOptions,

@@ -16,6 +16,7 @@ from planner.export.base import (
     header,
     hybrid_shard_sizes,
     learning_rate,
+    liger_notes,
     lora_notes,
     precision_kind,
     require_data_parallel,
@@ -78,7 +79,7 @@ def trainer_settings(plan: PlanFile, n: BatchNumbers, options: ExportOptions,
     if c.recompute != 'none':
         notes.append(f'recompute {c.recompute}: enable activation checkpointing in your '
                      'LightningModule (e.g. model.gradient_checkpointing_enable())')
-    return trainer, notes + lora_notes(plan)
+    return trainer, notes + lora_notes(plan) + liger_notes(plan)
 
 
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:

@@ -21,7 +21,7 @@ from planner.export.base import (
     lora_modules,
     precision_kind,
 )
-from planner.export.hf import environment, training_arguments
+from planner.export.hf import environment, liger_trainer_note, training_arguments
 from planner.export.launch import master_addr_word, node_rank_ref
 from planner.export.shell import comments
 from planner.export.textfmt import yaml_lines
@@ -57,6 +57,15 @@ def llamafactory_config(plan: PlanFile, n: BatchNumbers,
                      'less memory than planned')
     config.update(args)
     config.pop('optim', None)  # LLaMA-Factory sets its own optimizer choice
+    if config.pop('use_liger_kernel', False):
+        # LLaMA-Factory applies Liger itself, before the model is built, from its model
+        # argument (src/llamafactory/model/model_utils/liger_kernel.py; stage pt keeps the
+        # fused linear cross-entropy), not from the Trainer's
+        config['enable_liger_kernel'] = True
+        notes = [note for note in notes if note != liger_trainer_note(plan)]
+        notes.append("enable_liger_kernel: Liger's fused linear cross-entropy, the planned "
+                     '--loss chunked (pip install liger-kernel: LLaMA-Factory stops without '
+                     'it)')
     notes.append('add your data set: dataset (and template for sft) from data/dataset_info.json')
     return config, notes
 

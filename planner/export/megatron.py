@@ -19,6 +19,7 @@ from planner.export.base import (
     learning_rate,
     precision_kind,
     refuse,
+    refuse_chunked_loss,
     refuse_empty_stages,
     refuse_hybrid_shard,
     refuse_lora,
@@ -53,6 +54,8 @@ def megatron_arguments(plan: PlanFile, n: BatchNumbers) -> tuple[list[tuple[str,
     c, m = plan.candidate, plan.model.spec
     notes: list[str] = []
     refuse_lora(plan, 'megatron', 'Megatron-LM')
+    # Megatron-LM's loss is vocab-parallel cross-entropy, fused or not (planner.stacks.catalog)
+    refuse_chunked_loss(plan, 'megatron', 'Megatron-LM', 'vocab-parallel cross-entropy')
     refuse_empty_stages(plan, 'megatron')
     refuse_hybrid_shard(plan, 'megatron')
     if c.zero > 1:

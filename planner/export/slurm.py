@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from planner.export import hf, megatron
-from planner.export.base import Export, ExportOptions, header, lora_notes
+from planner.export.base import Export, ExportOptions, header, liger_notes, lora_notes
 from planner.export.launch import (
     SCRIPT_READS,
     bash_script,
@@ -73,7 +73,7 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     else:
         env = plan_variables(plan, n)
         program = script_words(options.script_or('train.py'))
-        notes = [SCRIPT_READS]
+        notes = [SCRIPT_READS, *liger_notes(plan)]
     notes = notes + lora_notes(plan)
     program += [quote(a, 'script argument') for a in options.script_args]
     endpoint = f'"$head_node":{options.master_port}'

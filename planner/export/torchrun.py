@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.export.base import Export, ExportOptions, header, lora_notes
+from planner.export.base import Export, ExportOptions, header, liger_notes, lora_notes
 from planner.export.launch import (
     SCRIPT_READS,
     bash_script,
@@ -30,7 +30,7 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     """The torchrun script."""
     notes = multi_node_notes(n, options)
     notes.append(f'torchrun starts the processes; {SCRIPT_READS}')
-    notes += lora_notes(plan)
+    notes += lora_notes(plan) + liger_notes(plan)
     words = torchrun_words(n, options) + script_words(options.script_or('train.py'),
                                                       options.script_args)
     body = [*exports(plan_variables(plan, n)), launch_line(words)]

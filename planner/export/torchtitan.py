@@ -28,6 +28,7 @@ from planner.export.base import (
     learning_rate,
     precision_kind,
     refuse,
+    refuse_chunked_loss,
     refuse_empty_stages,
     refuse_lora,
     stage_layers,
@@ -72,6 +73,8 @@ def job_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, dict[str, Any
     """
     c, m, notes = plan.candidate, plan.model.spec, []
     refuse_lora(plan, 'torchtitan', 'torchtitan')
+    # torchtitan 0.2.2 has one loss (torchtitan/components/loss.py cross_entropy_loss)
+    refuse_chunked_loss(plan, 'torchtitan', 'torchtitan', 'cross_entropy_loss')
     refuse_empty_stages(plan, 'torchtitan')
     kind = precision_kind(plan)
     if kind in ('fp16', 'bf16-pure'):

@@ -86,6 +86,11 @@ def spec_from_hf_config(config: str | os.PathLike[str] | Config,
                          'head_dim, tie_word_embeddings)')
     label = name or _str(raw, '_name_or_path', '') or default_name or str(model_type)
     values = {**_launcher_fields(cfg), **values}  # a reader's own values win
+    # the class the checkpoint loads as is the top level's (Gemma-3's "gemma3" wraps its
+    # "gemma3_text"): transformers' AutoConfig and Liger's _apply_liger_kernel_to_instance
+    # read config.model_type (linkedin/Liger-Kernel src/liger_kernel/transformers/monkey_patch.py)
+    top_type = raw.get('model_type') or model_type
+    values['hf_model_type'] = top_type if isinstance(top_type, str) else ''
     spec = ModelSpec(name=label, source=f'{origin} ({how})', **values)
     if model_type in _NOTES:
         spec = spec.with_changes(source=f'{spec.source}; {_NOTES[model_type](spec)}')

@@ -112,7 +112,9 @@ def _shape(hidden: int, layers: int, name: str = 'size rule') -> ModelSpec:
     return ModelSpec(
         name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
         num_kv_heads=heads if hidden < 3072 else 8, head_dim=head_dim, ffn_size=ffn,
-        vocab_size=VOCAB_SIZE, tied_embeddings=hidden < 2048)
+        vocab_size=VOCAB_SIZE, tied_embeddings=hidden < 2048,
+        # a LlamaConfig builds this shape (RoPE, RMSNorm, SwiGLU, no biases, tied or not)
+        hf_model_type='llama')
 
 
 @cache

@@ -97,6 +97,10 @@ class ModelSpec:
     rope_scaling_factor: float | None = None  # Llama-3.x RoPE scaling (HF rope_type llama3)
     rotary_fraction: float = 1.0  # share of each head's dims rotated (HF partial_rotary_factor)
     norm_eps: float | None = None  # RMSNorm/LayerNorm epsilon (HF rms_norm_eps ...)
+    # The Hugging Face config's model_type, which decides the transformers class that builds
+    # the model and which kernels a library patches into it (Liger's fused linear
+    # cross-entropy: planner.stacks.catalog LIGER_MODEL_TYPES); '' when not known.
+    hf_model_type: str = ''
 
     def __post_init__(self) -> None:
         positive = ('num_layers', 'hidden_size', 'num_heads', 'num_kv_heads', 'head_dim',
@@ -124,6 +128,8 @@ class ModelSpec:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                                   or not low < v < high):
                 raise InputError(name, f'must be a number in ({low}, {high}), got {v!r}')
+        if not isinstance(self.hf_model_type, str):
+            raise InputError('hf_model_type', f'must be text, got {self.hf_model_type!r}')
         f = self.rotary_fraction
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
             raise InputError('rotary_fraction', f'must be in (0, 1], got {f!r}')

@@ -577,6 +577,8 @@ def _read_model(m: Reader) -> ModelRecord:
         raise m.error('config', 'a model of kind "config" embeds its config.json here')
     spec_reader = m.section('spec')
     spec_values = dict(spec_reader.data)
+    if 'hf_model_type' not in spec_values:  # a file written before the field existed
+        spec_values['hf_model_type'] = _hf_model_type(kind, m.text('ref', ''), config)
     moe = spec_values.pop('moe', None)
     try:
         moe_spec = None if moe is None else MoESpec(**moe)
@@ -587,6 +589,23 @@ def _read_model(m: Reader) -> ModelRecord:
         raise spec_reader.error(exc.field, str(exc)[len(exc.field) + 2:]) from None
     return ModelRecord(kind=kind, ref=m.text('ref', ''), spec=spec,
                        hf_id=m.text('hf_id', ''), config=config)
+
+
+def _hf_model_type(kind: str, ref: str, config: dict[str, Any] | None) -> str:
+    """The Hugging Face ``model_type`` of a model recorded without one, as batchfit
+    gives it today: the embedded config.json's, a size rule's (a Llama shape), a preset's
+    ('' when the catalog no longer knows it, or for a bare shape)."""
+    if kind == 'config':
+        value = (config or {}).get('model_type')
+        return value if isinstance(value, str) else ''
+    if kind == 'size':
+        return 'llama'
+    if kind == 'preset':
+        from planner.models.presets import find_preset
+
+        with contextlib.suppress(InputError):
+            return find_preset(ref).hf_model_type
+    return ''
 
 
 def _read_constraints(c: Reader) -> Constraints:
@@ -705,9 +724,26 @@ def _check_consistent(plan: PlanFile, where: str) -> None:
                          f'{plan.candidate.gpus_per_node} GPUs exceed the cluster '
                          f'({plan.cluster.max_nodes} x {plan.cluster.gpus_per_node})')
     c = plan.candidate
+    _check_loss(plan, where)
     if plan.constraints.lora is not None and c.tp * c.pp * c.cp > 1:
         raise InputError(f'{where}: candidate', f'tp/pp/cp/dp {c.layout}: a LoRA plan is data '
                          'parallel only (PEFT)')
     if plan.candidate.tp > 1 and plan.model.spec.num_heads % plan.candidate.tp:
         raise InputError(f'{where}: candidate.tp', f'{plan.candidate.tp} does not divide the '
                          f'{plan.model.spec.num_heads} heads')
+
+
+def _check_loss(plan: PlanFile, where: str) -> None:
+    """The loss the plan counted is one its stack's launchers run (a search gives no other:
+    planner.plans.request; a hand-edited or older file may)."""
+    from planner.memory.training import LOSSES
+    from planner.stacks import STACKS
+
+    loss, stack = plan.constraints.loss, STACKS.get(plan.candidate.framework)
+    if loss not in LOSSES:
+        raise InputError(f'{where}: constraints.loss', f'unknown value {loss!r}',
+                         ', '.join(LOSSES[1:]))
+    refusal = None if stack is None else stack.loss_refusal(loss, plan.model.spec.hf_model_type)
+    if refusal is not None:
+        raise InputError(f'{where}: constraints.loss', f'{refusal[0]}: re-plan',
+                         refusal[1])

@@ -179,7 +179,10 @@ class PlanRequest:
             stages, recompute modes, precision, kernels, loss and time defaults. ''
             searches every stack that can run the request and ranks across them.
         loss: ``hf``, ``chunked``, ``vocab-parallel`` (``megatron``) or '' for the
-            stack's own.
+            stack's own. Only a loss the stack's launchers switch on (``Stack.losses``;
+            ``chunked``, Liger's, on the model types Liger patches): a named stack that
+            cannot run it is refused; with no stack named, only the stacks that run it
+            are searched.
         loop: ``keep-outputs`` or ``trainer`` (what the training loop holds of the
             model output; ``planner/memory/model_outputs.py``).
         margin_fraction: fraction of GPU memory kept free.
@@ -334,13 +337,15 @@ class PlanRequest:
     def _check_stacks(self) -> None:
         """A named stack must run the overrides; with none, some stack must."""
         lora = self.lora is not None
+        model_type = self.model.hf_model_type
         if self.framework:
             stack = STACKS[self.framework]
             having = {f'{o}_allowed': 'off, or a stack that has it: ' + ', '.join(
                 s.key for s in STACKS.values() if o in s.options) for o in self.options}
             stack.check(precision=self.precision, zero_stages=tuple(self.zero_stages),
                         recompute_modes=tuple(self.recompute_modes), lora=lora,
-                        options=self.options, field_names=having)
+                        options=self.options, loss=self.loss, model_type=model_type,
+                        field_names=having)
             runs = {'tp': stack.tensor_parallel, 'pp': stack.pipeline_parallel,
                     'cp': stack.context_parallel, 'vpp': stack.virtual_stages,
                     'ep': stack.expert_parallel}
@@ -348,14 +353,21 @@ class PlanRequest:
                 if not runs_it and not self.limits.allowed(axis, np.ones(1, int)).size:
                     raise InputError(_flag(axis), f'the {stack.key} stack does not run '
                                      f'{axis} > 1', '1')
+        elif self.loss and not any(s.runs_loss(self.loss, model_type)
+                                   for s in STACKS.values()):
+            # every stack with this loss refuses the model (Liger's model types): say why
+            next(s for s in STACKS.values() if self.loss in s.losses).check(
+                loss=self.loss, model_type=model_type)
         if not self.plan_modes():
             wanted = [f'--precision {self.precision}'] if self.precision else []
             wanted += [_flag(o) for o in self.options]
+            wanted += [f'--loss {self.loss}'] if self.loss else []
             wanted += [f'--zero {",".join(map(str, self.zero_stages))}',
                        f'--recompute {",".join(self.recompute_modes)}']
             raise InputError('--framework', 'no stack runs ' + ' with '.join(wanted),
                              '; '.join(f'{s.key}: precision {"/".join(s.precisions)}, ZeRO '
                                        f'{",".join(map(str, s.zero_stages))}'
+                                       + (f', loss {"/".join(s.losses)}' if self.loss else '')
                                        for s in STACKS.values()))
 
     def stacks(self) -> tuple[Stack, ...]:
@@ -366,7 +378,8 @@ class PlanRequest:
         return tuple(s for s in STACKS.values()
                      if (s.lora_modes or not lora)
                      and (not self.precision or s.runs_precision(self.precision))
-                     and set(self.options) <= set(s.options))
+                     and set(self.options) <= set(s.options)
+                     and s.runs_loss(self.loss, self.model.hf_model_type))
 
     def plan_modes(self) -> tuple[PlanMode, ...]:
         """Every (stack, recipe) the search scores, with the ZeRO stages and recompute

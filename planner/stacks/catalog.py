@@ -81,13 +81,56 @@ _MEGATRON = StackMode('distributed-optimizer', (0, 1), 'bf16-mixed', 'bf16 weigh
                       'main grads, fp32 master + Adam (ZeRO-1: --use-distributed-optimizer)')
 _PIPE = StackMode('pipe', (0, 1), 'ds-bf16', 'pipeline engine, bf16 module, fp32 master')
 
+# The losses a stack's launchers switch on (``--loss``; '' is the stack's own):
+# * ``chunked``, Liger's fused linear cross-entropy (linkedin/Liger-Kernel
+#   src/liger_kernel/ops/fused_linear_cross_entropy.py), in the Hugging Face stacks only:
+#   transformers' ``TrainingArguments.use_liger_kernel`` makes the Trainer call
+#   ``_apply_liger_kernel_to_instance(model)`` (huggingface/transformers
+#   src/transformers/trainer.py, src/transformers/integrations/liger.py), LLaMA-Factory's
+#   ``enable_liger_kernel`` calls the family's ``apply_liger_kernel_to_*()``
+#   (hiyouga/LLaMA-Factory src/llamafactory/model/model_utils/liger_kernel.py), a script of
+#   the user's loads the model through ``AutoLigerKernelForCausalLM``. Each replaces the
+#   family's ``XForCausalLM.forward`` (fused_linear_cross_entropy defaults to True in every
+#   apply_liger_kernel_to_*: src/liger_kernel/transformers/monkey_patch.py), which in
+#   training with labels skips the logits (``skip_logits``: model/llama.py
+#   ``lce_forward``). The default config also swaps in Liger's RMSNorm, SwiGLU/GeGLU and
+#   RoPE, which save no more than the eager modules the memory model counts (RMSNorm: input
+#   and fp32 rstd; SwiGLU: gate and up outputs, silu recomputed in backward; RoPE: in
+#   place): the estimate stays on the safe side. Under ZeRO-3 the head weight read inside
+#   the forward is gathered as an external parameter (deepspeedai/DeepSpeed
+#   deepspeed/runtime/zero/parameter_offload.py ``ZeROOrderedDict.__getitem__``); under
+#   accelerate's FSDP2 the final norm and the head are one unit, unsharded by the norm's
+#   forward (huggingface/accelerate src/accelerate/utils/fsdp_utils.py
+#   ``fsdp2_prepare_model``).
+# * torchtitan 0.2.2 has one loss, ``cross_entropy_loss`` over ``pred.float()``
+#   (torchtitan/components/loss.py): the ``hf`` kind (loss parallel under TP, counted per
+#   vocabulary shard); no chunked loss in its config (torchtitan/config/job_config.py).
+# * Megatron-LM runs vocab-parallel cross-entropy, unfused or with
+#   ``--cross-entropy-loss-fusion`` (``--cross-entropy-fusion-impl native``: the fused
+#   kernel still saves the fp32 exp-logits, megatron/core/fusions/fused_cross_entropy.py;
+#   ``te`` is refused in megatron/training/arguments.py): both the ``megatron`` kind. The
+#   DeepSpeed pipeline stack (Megatron-DeepSpeed) runs Megatron's vocab-parallel loss in
+#   the user's PipelineModule: no switch for another.
+# The model types Liger patches: those both transformers' Trainer (Liger's
+# MODEL_TYPE_TO_APPLY_LIGER_FN, monkey_patch.py at ead96b6) and LLaMA-Factory 0.9.5
+# (model_utils/liger_kernel.py) apply its kernels to. On any other type Liger logs "no Liger
+# kernels supported" and the job keeps the fp32 logits (more memory than planned).
+LIGER_MODEL_TYPES: frozenset[str] = frozenset((
+    'gemma', 'gemma2', 'gemma3', 'gemma3_text', 'glm4', 'glm4v', 'granite', 'llama', 'llava',
+    'mistral', 'mixtral', 'mllama', 'olmo2', 'paligemma', 'phi3', 'qwen2', 'qwen2_vl',
+    'qwen2_5_vl', 'qwen3', 'qwen3_moe', 'qwen3_next', 'qwen3_5', 'gpt_oss'))
+_HF_LOSSES = ('hf', 'chunked')
+_LIGER = {'chunked': LIGER_MODEL_TYPES}
+_VOCAB_PARALLEL = ('vocab-parallel', 'megatron')
+
 STACKS: dict[str, Stack] = {s.key: s for s in (
     Stack(key='hf', label='Hugging Face', description='HF Trainer / accelerate: DDP with '
           'autocast, or FSDP2; whole-layer checkpointing; data parallel only',
           modes=(_DDP, _FSDP_HF), lora_modes=(_LORA,),
           precisions=('amp-bf16', 'amp-fp16', 'fsdp-bf16', 'fp32', 'tf32', 'bf16'),
           recompute={'none': 'off', 'full': 'gradient checkpointing (whole layers)'},
-          kernels='hf', loss='hf', fsdp_unsharded_accumulation='no_sync',
+          kernels='hf', loss='hf', losses=_HF_LOSSES, loss_model_types=_LIGER,
+          fsdp_unsharded_accumulation='no_sync',
           ddp_buckets=True, zero_buckets=True, user_loop=True,
           launchers=('hf', 'accelerate', 'torchrun', 'lightning', 'llamafactory', 'slurm'),
           sources=('huggingface/accelerate src/accelerate/accelerator.py',
@@ -96,7 +139,8 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           'ZeRO 0-3: bf16 module, fp32 master and states, no autocast',
           modes=(_DS,), precisions=('ds-bf16', 'fp16-mixed'),
           recompute={'none': 'off', 'full': 'gradient checkpointing (whole layers)'},
-          kernels='hf', loss='hf', ddp_buckets=True, zero_buckets=True, user_loop=True,
+          kernels='hf', loss='hf', losses=_HF_LOSSES, loss_model_types=_LIGER,
+          ddp_buckets=True, zero_buckets=True, user_loop=True,
           # DeepSpeed 0.19 rejects MiCS's mics_shard_size (deepspeed/runtime/config.py);
           # ZeRO++ hpZ (zero_hpz_partition_size) adds a secondary weight copy per node and
           # keeps gradients and optimizer states sharded over every rank: not HSDP
@@ -121,9 +165,10 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           # _apply_layer_sac): batchfit's ``half``
           recompute={'none': 'none', 'selective': 'selective (op-level SAC)', 'full': 'full',
                      'half': 'selective (every 2nd layer)'},
-          kernels='hf', loss='hf', tensor_parallel=True, pipeline_parallel=True,
-          virtual_stages=True, context_parallel=True, expert_parallel=True,
-          sequence_parallel=True, zero_with_pp=(2, 3), zero0_with_split=False,
+          kernels='hf', loss='hf', losses=('hf',), tensor_parallel=True,
+          pipeline_parallel=True, virtual_stages=True, context_parallel=True,
+          expert_parallel=True, sequence_parallel=True, zero_with_pp=(2, 3),
+          zero0_with_split=False,
           fsdp_unsharded_accumulation='pipeline', ddp_buckets=True,
           # torchtitan benchmarks/llama3_h100_202412_torchtitan.md reports reserved memory;
           # the reserve over the tensor peak was fitted on its Table 3 (Llama-3.1-8B, FSDP
@@ -143,9 +188,10 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           recompute={'none': 'none', 'selective': 'selective (core attention)',
                      'full': 'full (uniform, every layer)',
                      'half': 'full, block (half of each chunk\'s layers)'},
-          kernels='megatron', loss='megatron', tensor_parallel=True, pipeline_parallel=True,
-          virtual_stages=True, context_parallel=True, expert_parallel=True,
-          sequence_parallel=True, zero_with_pp=(0, 1), persistent_grad_buffer=True,
+          kernels='megatron', loss='megatron', losses=_VOCAB_PARALLEL, tensor_parallel=True,
+          pipeline_parallel=True, virtual_stages=True, context_parallel=True,
+          expert_parallel=True, sequence_parallel=True, zero_with_pp=(0, 1),
+          persistent_grad_buffer=True,
           # --expert-tensor-parallel-size (default: the TP size); the expert ranks are
           # folded out of tp x cp x dp (megatron/core/parallel_state.py
           # initialize_model_parallel: expert-data-parallel = tp*cp*dp / (ep*etp))
@@ -168,8 +214,8 @@ STACKS: dict[str, Stack] = {s.key: s for s in (
           'pipeline: TP, PP (1F1B), ZeRO 0-1',
           modes=(_PIPE,), precisions=('ds-bf16', 'fp16-mixed'),
           recompute={'none': 'none', 'full': 'activation checkpointing (whole layers)'},
-          kernels='megatron', loss='megatron', tensor_parallel=True, pipeline_parallel=True,
-          zero_with_pp=(0, 1), zero_buckets=True, dp_overlap=0.0,
+          kernels='megatron', loss='megatron', losses=_VOCAB_PARALLEL, tensor_parallel=True,
+          pipeline_parallel=True, zero_with_pp=(0, 1), zero_buckets=True, dp_overlap=0.0,
           # activation_checkpointing.partition_activations splits each checkpointed layer
           # input over the model-parallel ranks and all-gathers it before the layer is
           # recomputed (deepspeed/runtime/activation_checkpointing/checkpointing.py

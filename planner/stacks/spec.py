@@ -56,6 +56,12 @@ class Stack:
             ``megatron``: fused Transformer-Engine kernels, Korthikanti et al. 2022).
         loss: ``hf`` (logits upcast to fp32, log-softmax saved) or ``megatron``
             (vocab-parallel fp32 cross-entropy).
+        losses: the ``--loss`` values this stack runs (``planner.memory.training.LOSSES``
+            words; '' , its own ``loss``, always): each a loss a launcher of this stack
+            switches on, so a plan made with it exports as planned.
+        loss_model_types: a loss that runs only on some Hugging Face model types -> those
+            ``model_type`` values (Liger's fused linear cross-entropy is a patch of each
+            family's ``forward``; on another family it is silently not applied).
         tensor_parallel, pipeline_parallel, virtual_stages, context_parallel,
             expert_parallel, sequence_parallel: the layout axes the stack runs.
         expert_tensor_parallel: experts may run whole (expert tensor parallelism 1) with
@@ -114,6 +120,8 @@ class Stack:
     kernels: str
     loss: str
     launchers: tuple[str, ...]
+    losses: tuple[str, ...] = ()
+    loss_model_types: dict[str, frozenset[str]] = field(default_factory=dict)
     lora_modes: tuple[StackMode, ...] = ()
     tensor_parallel: bool = False
     pipeline_parallel: bool = False
@@ -188,9 +196,34 @@ class Stack:
                 return mode.precision
         return (self.lora_modes if lora else self.modes)[0].precision
 
+    def loss_refusal(self, loss: str, model_type: str = '') -> tuple[str, str] | None:
+        """Why this stack cannot run ``--loss loss`` on a model whose Hugging Face
+        ``model_type`` is ``model_type`` ('' : not known), and what it allows; None when
+        it can ('' , the stack's own loss, always runs)."""
+        if not loss:
+            return None
+        if loss not in self.losses:
+            return (f'the {self.key} stack does not run the {loss} loss',
+                    f"{', '.join(self.losses)}; or none (the stack's own)")
+        types = self.loss_model_types.get(loss)
+        if types is not None and model_type not in types:
+            what = (f'the model is of type {model_type}' if model_type else
+                    "the model's Hugging Face model_type is not known (a preset or "
+                    'config.json of a supported type gives it)')
+            others = [x for x in self.losses if x != loss]
+            return (f"{loss} is Liger's fused linear cross-entropy, which patches only some "
+                    f'Hugging Face model types, and {what}',
+                    '; '.join([*others, "none (the stack's own)",
+                               f'{loss} on a model of type {", ".join(sorted(types))}']))
+        return None
+
+    def runs_loss(self, loss: str, model_type: str = '') -> bool:
+        """Whether this stack runs ``--loss loss`` on a model of ``model_type``."""
+        return self.loss_refusal(loss, model_type) is None
+
     def check(self, *, precision: str = '', zero_stages: tuple[int, ...] = (),
               recompute_modes: tuple[str, ...] = (), lora: bool = False,
-              options: tuple[str, ...] = (),
+              options: tuple[str, ...] = (), loss: str = '', model_type: str = '',
               field_names: dict[str, str] | None = None) -> None:
         """Raise InputError when an override is outside what this stack runs.
 
@@ -200,12 +233,18 @@ class Stack:
             recompute_modes: the recompute modes asked for (checked for an overlap).
             lora: LoRA/QLoRA fine-tuning.
             options: the stack switches asked for (``compile``, ``async_tp``).
+            loss: a ``--loss`` override ('' for the stack's own loss).
+            model_type: the model's Hugging Face ``model_type`` ('' : not known), for a
+                loss that runs on some model types only (:meth:`loss_refusal`).
             field_names: how the caller names the fields (default the CLI flags); a key
                 ``<option>_allowed`` says what to offer instead of a refused switch (the
                 stacks that have it; the catalog is not imported here).
         """
         names = {'precision': '--precision', 'zero': '--zero', 'recompute': '--recompute',
-                 'lora': '--lora-rank', **(field_names or {})}
+                 'lora': '--lora-rank', 'loss': '--loss', **(field_names or {})}
+        refusal = self.loss_refusal(loss, model_type)
+        if refusal is not None:
+            raise InputError(names['loss'], *refusal)
         for option in options:
             if option not in self.options:
                 flag = names.get(option, '--' + option.replace('_', '-'))
@@ -266,5 +305,7 @@ class Stack:
                            'precision': m.precision} for m in self.modes],
                 'precisions': list(self.precisions), 'recompute': dict(self.recompute),
                 'precision_aliases': {k: dict(v) for k, v in self.precision_aliases.items()},
-                'options': list(self.options), 'launchers': list(self.launchers)}
+                'options': list(self.options), 'launchers': list(self.launchers),
+                'losses': list(self.losses),
+                'loss_model_types': {k: sorted(v) for k, v in self.loss_model_types.items()}}
 

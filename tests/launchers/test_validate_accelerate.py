@@ -136,3 +136,20 @@ def test_hsdp_needs_fsdp():
     for fmt in ('accelerate', 'hf', 'deepspeed'):
         with pytest.raises(InputError, match='HSDP'):
             export_plan(plan, fmt)
+
+
+@pytest.mark.parametrize(('framework', 'zero'), [('hf', 0), ('hf', 2), ('hf-deepspeed', 3)])
+def test_chunked_loss_plan_launches_with_the_liger_note(tmp_path, framework, zero):
+    """accelerate runs the user's script: a --loss chunked plan is the same launch, with a
+    NOTE saying to build the model through Liger (else it keeps the logits)."""
+    if framework == 'hf-deepspeed':
+        pytest.importorskip('deepspeed')
+    plan = make_plan(nodes=2, micro_batch=2, zero=zero, recompute='full', global_batch=256,
+                     framework=framework, loss='chunked')
+    exported = export_plan(plan, 'accelerate')
+    assert '# NOTE: --loss chunked' in exported.text
+    assert 'AutoLigerKernelForCausalLM' in exported.text
+    args, env, config = launched(tmp_path, exported.text)
+    assert config.num_processes == 16
+    assert torchrun_launch(args).nproc_per_node == 8
+    assert env['ACCELERATE_MIXED_PRECISION'] == 'bf16'

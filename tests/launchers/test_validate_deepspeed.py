@@ -81,3 +81,18 @@ def test_deepspeed_stack_plans_are_accepted_as_planned(tmp_path, tp, pp, zero):
     assert json.loads(exported.text)['data_types'] == {'grad_accum_dtype': 'fp32'}
     if pp > 1:
         assert any('PipelineModule' in note for note in exported.notes)
+
+
+@pytest.mark.parametrize('zero', [1, 3])
+def test_chunked_loss_plan_config_accepted(tmp_path, zero):
+    """The HF + DeepSpeed stack's --loss chunked plan: the same config DeepSpeed accepts, the
+    Liger note aside (JSON has no comments)."""
+    plan = make_plan(nodes=2, micro_batch=2, zero=zero, global_batch=256,
+                     framework='hf-deepspeed', loss='chunked')
+    exported = export_plan(plan, 'deepspeed')
+    assert any(note.startswith('--loss chunked') for note in exported.notes)
+    path = tmp_path / exported.filename
+    path.write_text(exported.text)
+    config = deepspeed_config(str(path), dp=plan.candidate.dp)
+    assert config.train_batch_size == 256
+    assert config.zero_optimization_stage == zero

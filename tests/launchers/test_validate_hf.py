@@ -123,3 +123,30 @@ def test_hsdp_plan_reaches_the_trainers_accelerator(tmp_path, zero):
     parallel = parallelism_config(recorded_env(tmp_path, 'torchrun'), world_size=c.gpus)
     assert (parallel.dp_replicate_size, parallel.dp_shard_size) == (
         c.dp_replicate, c.dp // c.dp_replicate)
+
+
+@pytest.mark.parametrize(('framework', 'zero', 'payload'), [
+    ('hf', 2, None), ('hf-deepspeed', 3, None), ('hf', 0, 'slurm')])
+def test_chunked_loss_plan_switches_liger_on(tmp_path, framework, zero, payload):
+    """A --loss chunked plan (Liger's fused linear cross-entropy, no logits) reaches the
+    Trainer as use_liger_kernel, which makes it apply Liger's kernels to the model
+    (transformers src/transformers/trainer.py); without --loss it stays off."""
+    plan = make_plan(nodes=2, zero=zero, recompute='full', global_batch=256,
+                     framework=framework, loss='chunked')
+    env = {'NODE_RANK': '0', 'MASTER_ADDR': 'h', 'SLURM_JOB_NODELIST': 'gpu-node-[007-008]',
+           'SLURM_JOB_ID': '42'}
+    if payload is None:
+        text = export_plan(plan, 'hf').text
+    else:
+        text = export_plan(plan, 'slurm', ExportOptions(payload='hf')).text
+    assert '# NOTE: Liger' in text
+    run_script(text, tmp_path, env)
+    args = training_arguments(script_argv(tmp_path, 2, 8))
+    assert args.use_liger_kernel is True
+    assert args.liger_kernel_config is None  # Liger's defaults: its fused linear CE is on
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (
+        plan.candidate.micro_batch, plan.candidate.grad_accum)
+    plain = make_plan(nodes=2, zero=zero, recompute='full', global_batch=256,
+                      framework=framework)
+    run_script(export_plan(plain, 'hf').text, tmp_path, env)
+    assert training_arguments(script_argv(tmp_path, 2, 8)).use_liger_kernel is False

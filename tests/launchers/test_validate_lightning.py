@@ -110,3 +110,16 @@ def test_hsdp_plan_is_fsdp_hybrid_shard_over_the_replica_mesh(zero):
     replicas, shard = tuple(strategy.kwargs['device_mesh'])
     assert (replicas, shard) == (c.dp_replicate, c.dp // c.dp_replicate)
     assert replicas * shard == strategy.world_size
+
+
+@pytest.mark.parametrize('zero', [0, 2])
+def test_chunked_loss_plan_trainer_accepts_settings(zero):
+    """Lightning runs the user's LightningModule: a --loss chunked plan is the same Trainer,
+    with a NOTE saying to build the model through Liger."""
+    plan = make_plan(nodes=2, zero=zero, global_batch=256, framework='hf', loss='chunked')
+    exported = export_plan(plan, 'lightning')
+    assert '# NOTE: --loss chunked' in exported.text
+    assert 'AutoLigerKernelForCausalLM' in exported.text
+    trainer = trainer_from(exported.text)
+    assert trainer.world_size == 16
+    assert trainer.accumulate_grad_batches == plan.candidate.grad_accum

@@ -118,3 +118,70 @@ def test_hsdp_plan_launch_exports_the_parallelism_config(tmp_path):
     parallel = parallelism_config(env, world_size=c.gpus)
     assert (parallel.dp_replicate_size, parallel.dp_shard_size) == (
         c.dp_replicate, c.dp // c.dp_replicate)
+
+
+def test_chunked_loss_plan_enables_liger_in_llamafactory():
+    """A --loss chunked plan: LLaMA-Factory's own enable_liger_kernel (its model argument),
+    not the Trainer's use_liger_kernel, which LLaMA-Factory never reads."""
+    plan = make_plan(nodes=2, zero=2, recompute='full', global_batch=256, framework='hf',
+                     loss='chunked')
+    parsed = parse(export_plan(plan, 'llamafactory').text)
+    verify(parsed)
+    model, _, training, finetuning, _ = parsed
+    assert model.enable_liger_kernel is True
+    assert training.use_liger_kernel is False
+    assert finetuning.stage == 'pt'  # LLaMA-Factory keeps Liger's fused linear CE for pt
+    plain = parse(export_plan(make_plan(nodes=2, zero=2, global_batch=256, framework='hf'),
+                              'llamafactory').text)
+    assert plain[0].enable_liger_kernel is False
+
+
+def test_llamafactory_patches_every_model_type_batchfit_plans_chunked(monkeypatch):
+    """LLaMA-Factory's apply_liger_kernel (model/model_utils/liger_kernel.py) calls a Liger
+    patch, with the fused linear cross-entropy left on, for every model type batchfit
+    allows --loss chunked on, and none for a type it refuses."""
+    import importlib.util
+    import sys
+    import types
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import llamafactory
+
+    from planner.stacks.catalog import LIGER_MODEL_TYPES
+
+    # the module alone: llamafactory.model's __init__ imports its loader, which needs trl
+    base = Path(llamafactory.__file__).parent
+    for name, folder in (('llamafactory.model', 'model'),
+                         ('llamafactory.model.model_utils', 'model/model_utils')):
+        package = types.ModuleType(name)
+        package.__path__ = [str(base / folder)]
+        monkeypatch.setitem(sys.modules, name, package)
+    spec = importlib.util.spec_from_file_location(
+        'llamafactory.model.model_utils.liger_kernel', base / 'model/model_utils/liger_kernel.py')
+    lf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lf)
+
+    calls = []
+
+    def patch(name):
+        def apply(rope=True, cross_entropy=False, fused_linear_cross_entropy=True,
+                  rms_norm=True, swiglu=True, model=None, **kwargs):
+            calls.append((name, fused_linear_cross_entropy and not cross_entropy))
+        return apply
+
+    fake = types.ModuleType('liger_kernel.transformers')
+    fake.__getattr__ = lambda name: patch(name)  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, 'liger_kernel', types.ModuleType('liger_kernel'))
+    monkeypatch.setitem(sys.modules, 'liger_kernel.transformers', fake)
+    args = SimpleNamespace(enable_liger_kernel=True)
+    for kind in sorted(LIGER_MODEL_TYPES):
+        calls.clear()
+        lf.apply_liger_kernel(SimpleNamespace(model_type=kind), args, is_trainable=True,
+                              require_logits=False)
+        assert calls == [(f'apply_liger_kernel_to_{kind}', True)], kind
+    for kind in ('gpt2', 'gpt_neox', 'qwen2_moe'):
+        calls.clear()
+        lf.apply_liger_kernel(SimpleNamespace(model_type=kind), args, is_trainable=True,
+                              require_logits=False)
+        assert calls == [], kind

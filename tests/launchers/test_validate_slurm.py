@@ -129,3 +129,23 @@ def test_hsdp_plan_sbatch_exports_the_replicas(tmp_path, payload):
     else:
         assert env['BATCHFIT_DP_REPLICATE'] == str(c.dp_replicate)
         assert 'PARALLELISM_CONFIG_DP_REPLICATE_SIZE' not in env
+
+
+@pytest.mark.parametrize('payload', ['hf', 'torchrun'])
+def test_chunked_loss_plan_sbatch_and_srun(tmp_path, payload):
+    """A --loss chunked plan: the Trainer payload carries --use_liger_kernel (parsed by
+    TrainingArguments in test_validate_hf.py), a plain script a NOTE with Liger's loader."""
+    plan = make_plan(nodes=2, zero=2, global_batch=256, framework='hf', loss='chunked')
+    text = export_plan(plan, 'slurm', ExportOptions(payload=payload)).text
+    assert ('--use_liger_kernel true' in text) == (payload == 'hf')
+    assert ('# NOTE: --loss chunked' in text) == (payload == 'torchrun')
+    done = sbatch_test_only(text, tmp_path)
+    assert NO_CONTROLLER in done.stderr, done.stderr
+    run_script(text, tmp_path, {'SLURM_JOB_ID': '7', 'SLURM_NNODES': '2',
+                                'SLURM_JOB_NODELIST': 'gpu-node-[007-008]'})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    check_launch(argv, 2, 8)
+    if payload == 'hf':
+        assert argv[argv.index('--use_liger_kernel') + 1] == 'true'
+    else:
+        assert '--use_liger_kernel' not in argv

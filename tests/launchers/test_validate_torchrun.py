@@ -96,3 +96,16 @@ def test_trainer_formats_launch_the_same_processes(tmp_path, fmt):
     argv = recorded_argv(tmp_path, 'torchrun')
     config, _ = check_launch(argv, 2, 8)
     assert config.rdzv_configs['rank'] == 1
+
+
+def test_chunked_loss_plan_launches_with_the_liger_note(tmp_path):
+    """torchrun runs the user's script: a --loss chunked plan is the same launch (the
+    script's arguments untouched), with a NOTE saying to build the model through Liger."""
+    plan = make_plan(nodes=2, zero=2, global_batch=256, framework='hf', loss='chunked')
+    text = export_plan(plan, 'torchrun').text
+    assert '# NOTE: --loss chunked' in text
+    assert 'apply_liger_kernel_to_llama()' in text
+    run_script(text, tmp_path, {'NODE_RANK': '0', 'MASTER_ADDR': 'h0'})
+    argv = recorded_argv(tmp_path, 'torchrun')
+    check_launch(argv, 2, 8)
+    assert argv[-1] == 'train.py'

@@ -230,6 +230,30 @@ def test_core_input_error_marks_its_field(qtbot, window):
     assert error_of(window.inputs.gpu_combo)
 
 
+def test_a_loss_the_stack_cannot_run_is_greyed_and_refused_on_its_field(qtbot, window):
+    """As with the stacks' switches: the loss combo offers only what the chosen stack's
+    launchers switch on, and a loss kept from another stack is refused by the core,
+    which marks the loss field with what the stack allows."""
+    panel = window.inputs
+    items = panel.loss_combo.model()
+
+    def enabled(key):
+        return items.item(panel.loss_combo.findData(key)).isEnabled()
+
+    panel.loss_combo.setCurrentIndex(panel.loss_combo.findData('chunked'))
+    assert all(enabled(k) for k in ('', 'hf', 'chunked', 'vocab-parallel'))  # any stack
+    o = _wait_for_plan(qtbot, window, lambda o: o.inputs.loss == 'chunked')
+    assert {m.stack for m in o.request.plan_modes()} == {'hf', 'hf-deepspeed'}
+    with qtbot.waitSignal(window.controller.input_error, timeout=10_000):
+        panel.framework_combo.setCurrentIndex(panel.framework_combo.findData('megatron'))
+    assert [enabled(k) for k in ('', 'hf', 'chunked', 'vocab-parallel')] == [
+        True, False, False, True]
+    assert 'megatron stack does not run the chunked loss' in error_of(panel.loss_combo)
+    panel.loss_combo.setCurrentIndex(panel.loss_combo.findData('vocab-parallel'))
+    _wait_for_plan(qtbot, window, lambda o: o.inputs.loss == 'vocab-parallel')
+    assert error_of(panel.loss_combo) == ''
+
+
 def _saved(path):
     from planner.planfile.document import read_plan
 

@@ -1420,6 +1420,10 @@ or enter another Python above.</source>
         <translation>优化器：决定每个参数的状态量（AdamW 为 2 × fp32，8-bit AdamW 为 2 × 1 字节，SGD-momentum 为 1 份，Adafactor 为分解形式）。</translation>
     </message>
     <message>
+        <source>Loss implementation: the stack&apos;s own; HF cross-entropy (fp32 copy of the logits: Hugging Face stacks, torchtitan); chunked (Liger&apos;s fused linear cross-entropy, no full logits: Hugging Face stacks, on the model types Liger patches); Megatron&apos;s vocab-parallel (Megatron, DeepSpeed pipeline). Only the stacks that run it are searched; the export switches it on.</source>
+        <translation>损失实现：所选技术栈自带的；HF 交叉熵（logits 的 fp32 副本：Hugging Face 技术栈、torchtitan）；分块（Liger 的融合线性交叉熵，不生成完整 logits：Hugging Face 技术栈，且仅限 Liger 支持的模型类型）；Megatron 的词表并行（Megatron、DeepSpeed 流水线）。只搜索能运行它的技术栈；导出时会开启它。</translation>
+    </message>
+    <message>
         <source>ZeRO stages to try: 0 plain data parallel; 1 shards optimizer states; 2 also gradients; 3 (FSDP) also weights.</source>
         <translation>要尝试的 ZeRO 阶段：0 为普通数据并行；1 切分优化器状态；2 再切分梯度；3（FSDP）再切分权重。</translation>
     </message>
@@ -1514,10 +1518,6 @@ or enter another Python above.</source>
     <message>
         <source>Training loop: accelerate and plain PyTorch loops keep the model output (b × s × vocabulary logits) through backward and the optimizer step; the Hugging Face Trainer and TRL free it inside compute_loss.</source>
         <translation>训练循环：accelerate 和普通 PyTorch 循环在反向传播和优化器步骤期间一直持有模型输出（b × s × 词表大小的 logits）；Hugging Face Trainer 和 TRL 在 compute_loss 内即释放它。</translation>
-    </message>
-    <message>
-        <source>Loss implementation: the framework&apos;s; HF cross-entropy (fp32 copy of the logits); chunked/fused (Liger: no full logits); Megatron&apos;s vocab-parallel.</source>
-        <translation>损失实现：框架默认；HF 交叉熵（logits 的 fp32 副本）；分块/融合（Liger：不生成完整 logits）；Megatron 的词表并行。</translation>
     </message>
     <message>
         <source>Projections that get an adapter: attention (q, k, v, o) or every linear layer (also gate, up, down).</source>

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -107,8 +108,11 @@ TIPS = {
         '(b × s × vocabulary logits) through backward and the optimizer step; the Hugging '
         'Face Trainer and TRL free it inside compute_loss.'),
     'loss': QT_TRANSLATE_NOOP(
-        'InputPanel', "Loss implementation: the framework's; HF cross-entropy (fp32 copy of "
-        "the logits); chunked/fused (Liger: no full logits); Megatron's vocab-parallel."),
+        'InputPanel', "Loss implementation: the stack's own; HF cross-entropy (fp32 copy of "
+        "the logits: Hugging Face stacks, torchtitan); chunked (Liger's fused linear "
+        'cross-entropy, no full logits: Hugging Face stacks, on the model types Liger '
+        "patches); Megatron's vocab-parallel (Megatron, DeepSpeed pipeline). Only the stacks "
+        'that run it are searched; the export switches it on.'),
     'lora_targets': QT_TRANSLATE_NOOP(
         'InputPanel', 'Projections that get an adapter: attention (q, k, v, o) or every '
         'linear layer (also gate, up, down).'),
@@ -802,6 +806,14 @@ class InputPanel(QScrollArea):
                         else core_text(m))
         for z, box in self.zero_boxes.items():
             box.setEnabled(stack is None or z in stack.zero_stages)
+        # the losses the stack's launchers switch on (every one for "any stack": the search
+        # keeps the stacks that run it); a loss the stack does not run stays chosen, and the
+        # core's refusal marks the field with what the stack allows
+        items = self.loss_combo.model()
+        assert isinstance(items, QStandardItemModel)  # a QComboBox's own model
+        for i in range(self.loss_combo.count()):
+            key = self.loss_combo.itemData(i)
+            items.item(i).setEnabled(stack is None or not key or key in stack.losses)
         # the stack's own switches: only for a stack that has them (async TP needs compile;
         # torch builds its zero-bubble schedules only without it)
         for name, box in self.switch_boxes.items():
