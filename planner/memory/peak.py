@@ -48,6 +48,7 @@ from planner.memory.activations import (
     lora_saved_base_casts,
     lora_scores_moment,
 )
+from planner.memory.cp_attention import cp_ring_bytes, ring_sizes
 from planner.memory.model_outputs import model_output_bytes
 from planner.memory.model_states import (
     OFFLOAD_CODES,
@@ -336,11 +337,14 @@ def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, 
     # ``half`` the top layer keeps them (Megatron's block method recomputes a chunk's
     # first layers); where torchtitan's even-index rule recomputes it instead, the stage
     # keeps one layer fewer than counted, which outweighs the rebuild.
+    cp_fwd_tmp, cp_bwd_tmp = _cp_attention_temps(model, r, opts, at, layer_full, layer_ckpt)
+    bwd_tmp = np.maximum(bwd_tmp, cp_bwd_tmp)
     top_bwd_tmp = bwd_tmp + np.where(at.recompute == RECOMPUTE_CODES['full'],
                                      extra.top_rebuilt, 0.0)
     if rows is not None:
-        layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp = (
-            rows.spread(a) for a in (layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp))
+        layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp, cp_fwd_tmp = (
+            rows.spread(a) for a in (layer_act, layer_full, layer_ckpt, bwd_tmp, top_bwd_tmp,
+                                     cp_fwd_tmp))
         edge, extra = Spread(edge, rows), Spread(extra, rows)
     # ``half`` keeps everything in the layers it does not recompute.
     half = cfg.recompute == RECOMPUTE_CODES['half']
@@ -356,7 +360,8 @@ def _per_micro_batch(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, 
     return _Shared(layer_act=layer_act, layer_full=layer_full, layers=layers,
                    stage_act=stage_act, kept_layers=kept_layers,
                    inflight=inflight, edge=edge, bwd_tmp=bwd_tmp, top_bwd_tmp=top_bwd_tmp,
-                   fwd_tmp=extra.fwd_tmp, lora=extra, outputs=outputs)
+                   fwd_tmp=extra.fwd_tmp, lora=extra, outputs=outputs, cp_fwd_tmp=cp_fwd_tmp,
+                   cp_stack=STACKS[opts.framework].context_parallel)
 
 
 def _model_states(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
@@ -390,6 +395,12 @@ class _Shared:
     fwd_tmp: np.ndarray  # eager attention scores before the softmax
     lora: _LoraExtras | Spread  # what PEFT LoRA changes (neutral values without it)
     outputs: np.ndarray  # the model output the training loop holds (logits or nothing)
+    # CP: the top layer's ring attention in forward, with the layer's other tensors then
+    # (0 without CP)
+    cp_fwd_tmp: np.ndarray = field(default_factory=lambda: np.zeros(()))
+    # whether the stack runs CP at all (its estimates name the forward ring's part, 0 or
+    # not, so that every configuration of a stack has the same parts)
+    cp_stack: bool = False
 
 
 class _LoraExtras(NamedTuple):
@@ -469,6 +480,38 @@ def _whole_layers(recompute: np.ndarray) -> np.ndarray:
     """Where a mode recomputes whole layers (``full``, ``half``): their checkpoint inputs
     live to the bottom layer's backward, which rebuilds that (recomputed) layer first."""
     return FULL_RECOMPUTE_SHARE[np.asarray(recompute)] > 0
+
+
+def _cp_attention_temps(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions,
+                        cfg: ConfigArrays, layer_full: np.ndarray, layer_ckpt: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Context parallelism's ring attention as moments of a step (0 where CP is 1).
+
+    (forward, backward): beyond the saved activations of the stage,
+
+    * forward: the top layer's ring in its forward (``planner.memory.cp_attention``), with
+      the tensors that layer holds then where it is recomputed (its checkpoint, counted in
+      the activations, excepted): at most what it saves without recompute;
+    * backward: one layer's attention backward, beside the gradient of the residual stream
+      and of the attention output (the layer's MLP activations, freed by then, are not
+      subtracted), or its ring re-run first where that layer is recomputed (whole layers
+      under ``full`` and ``half``; the core attention under Megatron's ``selective``;
+      torchtitan's op-level SAC saves the SDPA output: no re-run). The larger is compared
+      with the layer's MLP backward (``_layer_backward_temp``) by the caller.
+    """
+    b, s, t, c, rc = cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp, cfg.recompute
+    stack = STACKS[opts.framework]
+    ring = cp_ring_bytes(stack.key, model, r, b, s, t, c)
+    hidden_div = np.where(np.asarray(cfg.sequence_parallel, bool) & (t > 1), t, 1)
+    residual = r.residual_bytes * b * s / c * model.hidden_size / hidden_div
+    dout = r.act_bytes * ring_sizes(model, b, s, t, c).q
+    rerun = _whole_layers(rc) | ((rc == RECOMPUTE_CODES['selective']) & (stack.key == 'megatron'))
+    on = np.asarray(c) > 1
+    backward = np.where(on, residual + np.maximum(dout + ring.backward,
+                                                  np.where(rerun, ring.forward, 0.0)), 0.0)
+    locals_ = np.where(rc == RECOMPUTE_CODES['none'], 0.0, layer_full - layer_ckpt)
+    forward = np.where(on, ring.forward + locals_, 0.0)
+    return np.asarray(forward, float), np.asarray(backward, float)
 
 
 def _layer_activations(model: ModelSpec, r: PrecisionRecipe, opts: MemoryOptions, cfg: ConfigArrays
@@ -680,10 +723,17 @@ def _forward_end(sh: _Shared, f: _StageFigures, lora: bool) -> dict[str, np.ndar
     if not lora:
         # The last layer's attention scores die before the logits are made.
         scores_win = sh.fwd_tmp > f.loss_fwd
-        return {**f.static, **f.top, 'gradients': f.grads_live, 'activations': f.acts,
-                'logits': np.where(scores_win, 0.0, f.loss_fwd),
-                'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
-                'autocast_copies': f.casts.cached}
+        end = {**f.static, **f.top, 'gradients': f.grads_live, 'activations': f.acts,
+               'logits': np.where(scores_win, 0.0, f.loss_fwd),
+               'attention_scores_temp': np.where(scores_win, sh.fwd_tmp, 0.0),
+               'autocast_copies': f.casts.cached}
+        if not sh.cp_stack:
+            return end
+        # CP: the top layer's ring attention, before the loss exists (every activation
+        # counted, the rest of that layer's too: the safe side)
+        ring = {**f.static, **f.top, 'gradients': f.grads_live, 'activations': f.acts,
+                'forward_temp': sh.cp_fwd_tmp, 'autocast_copies': f.casts.cached}
+        return _larger(end, ring, sh.cp_fwd_tmp > 0)
     # The loss beside every activation, or the top layer's widest point before the
     # final norm and the loss exist.
     scores = sh.fwd_tmp >= sh.lora.layer_fwd_tmp
