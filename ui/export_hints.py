@@ -31,6 +31,8 @@ _CLAUSES: tuple[tuple[str, str], ...] = (
      QT_TRANSLATE_NOOP('ExportHints', 'choose precision {value} under Options')),
     (r're-plan with --optimizer (?P<value>\S+)',
      QT_TRANSLATE_NOOP('ExportHints', 'choose optimizer {value} under Options')),
+    (r're-plan with --framework (?P<value>\S+)',
+     QT_TRANSLATE_NOOP('ExportHints', 'choose stack {value} under Options')),
 )
 
 

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 FORMATS: tuple[str, ...] = ('torchrun', 'accelerate', 'deepspeed', 'hf', 'megatron', 'lightning',
                             'torchtitan', 'llamafactory', 'slurm')
+# planner.export.base.PAYLOADS (not imported: the CLI loads the exporters only to export)
+PAYLOADS: tuple[str, ...] = ('torchrun', 'hf', 'megatron', 'torchtitan', 'deepspeed')
 
 
 OWN_PRECISION = "each stack's own precision"
@@ -62,8 +64,9 @@ def add_launch_args(p: argparse.ArgumentParser, positive_int: Any) -> None:
     p.add_argument('--rdzv-id', default='batchfit', help='c10d rendezvous id')
     p.add_argument('--sharding', choices=('deepspeed', 'fsdp'), default='deepspeed',
                    help='run ZeRO stages with DeepSpeed (default) or FSDP')
-    p.add_argument('--payload', choices=('torchrun', 'hf', 'megatron'),
-                   help='slurm: what runs under torchrun (default from the plan)')
+    p.add_argument('--payload', choices=PAYLOADS,
+                   help='slurm: what runs under torchrun, one the plan\'s stack runs '
+                        '(default: the stack\'s own)')
     p.add_argument('--job-name', help='slurm job name')
     p.add_argument('--time', dest='time_limit', help='slurm time limit, HH:MM:SS')
     p.add_argument('--partition', help='slurm partition')

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 RENDEZVOUS: tuple[str, ...] = ('static', 'c10d')
 SHARDING: tuple[str, ...] = ('deepspeed', 'fsdp')
-PAYLOADS: tuple[str, ...] = ('torchrun', 'hf', 'megatron')
+PAYLOADS: tuple[str, ...] = ('torchrun', 'hf', 'megatron', 'torchtitan', 'deepspeed')
 _TIME = re.compile(r'(\d+-)?\d{1,2}:\d{2}:\d{2}')
 _NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,63}')
 
@@ -36,9 +36,9 @@ class ExportOptions:
         rdzv_id: the c10d job id shared by all nodes.
         sharding: ZeRO stages > 0 with ``deepspeed`` (default) or ``fsdp``.
         payload: what the Slurm script runs under torchrun: ``torchrun`` (the script
-            and its arguments), ``hf`` or ``megatron`` (their arguments too); None picks
-            megatron for a Megatron plan, else hf when the layout is pure data
-            parallel, else torchrun.
+            and its arguments), ``hf``, ``megatron``, ``torchtitan`` or ``deepspeed``
+            (their arguments or config too), one the plan's stack runs; None picks the
+            stack's own (planner/export/slurm.py ``payload_kind``).
         job_name: Slurm job name (default from the model).
         time_limit: Slurm ``--time`` (``HH:MM:SS`` or ``D-HH:MM:SS``).
         partition: Slurm partition.

@@ -99,8 +99,13 @@ def deepspeed_dict(plan: PlanFile, n: BatchNumbers, fmt: str = 'deepspeed', *,
     return config, notes
 
 
-def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
-    """The DeepSpeed JSON."""
+def standalone_config(plan: PlanFile, n: BatchNumbers) -> tuple[dict[str, Any], list[str]]:
+    """The config ``deepspeed.initialize`` reads for the plan, and notes (the ``deepspeed``
+    format's JSON; ``slurm --payload deepspeed`` writes the same).
+
+    Raises:
+        InputError: HSDP, or pure bf16.
+    """
     refuse_hybrid_shard(plan, 'deepspeed')
     config, notes = deepspeed_dict(plan, n)
     notes += lora_notes(plan) + liger_notes(plan)
@@ -112,4 +117,10 @@ def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
         notes.append(f'pipeline: build the model as deepspeed.pipe.PipelineModule(layers=..., '
                      f'num_stages={plan.candidate.pp}) and train with engine.train_batch() '
                      '(1F1B, no virtual stages)')
+    return config, notes
+
+
+def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
+    """The DeepSpeed JSON."""
+    config, notes = standalone_config(plan, n)
     return Export(json_text(config) + '\n', 'ds_config.json', tuple(notes))

@@ -206,12 +206,18 @@ def _data_parallel(plan: PlanFile, n: BatchNumbers, notes: list[str]) -> tuple[i
     return 1, n.dp, 'never'
 
 
+def program_words(options: ExportOptions, config_file: str) -> list[str]:
+    """What torchrun runs: torchtitan's trainer (or ``--script``) reading the job config
+    at ``config_file`` (shell text, already quoted) through ``--job.config_file``
+    (torchtitan/config/manager.py ``ConfigManager.parse_args``)."""
+    return [*script_words(options.script_or('-m torchtitan.train')),
+            f'--job.config_file {config_file}']
+
+
 def render(plan: PlanFile, n: BatchNumbers, options: ExportOptions) -> Export:
     """The TOML job config with the launch in comments."""
     tables, notes = job_config(plan, n)
-    script = options.script_or('-m torchtitan.train')
-    launch = command(torchrun_words(n, options) + script_words(script)
-                     + ['--job.config_file torchtitan.toml'])
+    launch = command(torchrun_words(n, options) + program_words(options, 'torchtitan.toml'))
     notes = multi_node_notes(n, options) + notes
     lines = [*comments(header(plan, n, 'torchtitan')), '# Launch:',
              *comments(launch.splitlines()), *comments(f'NOTE: {note}' for note in notes),

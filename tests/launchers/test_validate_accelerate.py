@@ -62,7 +62,7 @@ def test_two_nodes(tmp_path, zero, sharding):
 
 
 def test_one_node_c10d_free(tmp_path):
-    plan = make_plan(nodes=1, zero=0, global_batch=128)
+    plan = make_plan(nodes=1, zero=0, global_batch=128, framework='hf')
     args, _, config = launched(tmp_path, export_plan(plan, 'accelerate').text)
     assert config.num_processes == 8
     launch = torchrun_launch(args)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from planner.errors import InputError
 from planner.export import export_plan
 from planner.memory.training import LoraSpec
 from tests.export_helpers import make_plan
@@ -23,7 +24,7 @@ from tests.launchers.deepspeed_check import deepspeed_config  # noqa: E402
     (0, 'fp32', 'none')])
 def test_config_accepted_with_the_plan_numbers(tmp_path, zero, precision, recompute):
     plan = make_plan(nodes=2, micro_batch=2, zero=zero, precision=precision,
-                     recompute=recompute, global_batch=256)
+                     recompute=recompute, global_batch=256, framework='hf-deepspeed')
     exported = export_plan(plan, 'deepspeed')
     path = tmp_path / exported.filename
     path.write_text(exported.text)
@@ -43,7 +44,7 @@ def test_config_accepted_with_the_plan_numbers(tmp_path, zero, precision, recomp
 
 def test_model_parallel_plan_counts_dp_not_world():
     plan = make_plan(nodes=4, tp=2, pp=2, micro_batch=2, zero=1, global_batch=256,
-                     precision='bf16-mixed', framework='megatron')
+                     framework='deepspeed')
     doc = json.loads(export_plan(plan, 'deepspeed').text)
     deepspeed_config(doc, dp=plan.candidate.dp)  # DP 8: accepted
     with pytest.raises(AssertionError, match='train_batch_size is not equal'):
@@ -52,14 +53,18 @@ def test_model_parallel_plan_counts_dp_not_world():
 
 QLORA = LoraSpec(16, ('q', 'k', 'v', 'o', 'gate', 'up', 'down'), 4)  # all linear, 4-bit
 
-@pytest.mark.parametrize('zero', [0, 2, 3])
+@pytest.mark.parametrize('zero', [1, 2, 3])
 def test_lora_plan_config_accepted(tmp_path, zero):
+    """A LoRA plan is the Hugging Face stack's: the deepspeed format (HF + DeepSpeed's)
+    refuses it, and the Trainer runs its ZeRO stage through its inline DeepSpeed config."""
     plan = make_plan(nodes=2, micro_batch=2, zero=zero, global_batch=256, lora=QLORA)
-    exported = export_plan(plan, 'deepspeed')
-    assert any('LoraConfig(' in note for note in exported.notes)  # JSON: the notes go aside
-    path = tmp_path / exported.filename
-    path.write_text(exported.text)
-    config = deepspeed_config(str(path), dp=plan.candidate.dp)
+    with pytest.raises(InputError, match='--format deepspeed: the plan was estimated for the '
+                       'Hugging Face stack'):
+        export_plan(plan, 'deepspeed')
+    exported = export_plan(plan, 'hf')
+    assert any('LoraConfig(' in note for note in exported.notes)
+    inline = exported.text.split("--deepspeed '", 1)[1].split("'", 1)[0]
+    config = deepspeed_config(json.loads(inline), dp=plan.candidate.dp)
     assert config.train_batch_size == 256
     assert config.zero_optimization_stage == zero
 

@@ -53,8 +53,9 @@ def trainer_from(text: str):
 def test_trainer_accepts_settings(zero, sharding, strategy):
     if sharding == 'deepspeed' and zero:
         pytest.importorskip('deepspeed')
-    plan = make_plan(nodes=2, zero=zero, global_batch=256,
-                     framework='hf' if sharding == 'fsdp' or not zero else 'hf-deepspeed')
+    # the hf stack shards with DeepSpeed under LoRA only (FSDP2 otherwise)
+    lora = LoraSpec(8, ('q', 'v')) if sharding == 'deepspeed' and zero else None
+    plan = make_plan(nodes=2, zero=zero, global_batch=256, framework='hf', lora=lora)
     exported = export_plan(plan, 'lightning', ExportOptions(sharding=sharding))
     trainer = trainer_from(exported.text)
     assert type(trainer.strategy).__name__ == strategy
@@ -74,7 +75,7 @@ def test_lightning_cli_reads_the_yaml(tmp_path):
     from lightning.pytorch import LightningDataModule, LightningModule
     from lightning.pytorch.cli import LightningCLI
 
-    plan = make_plan(nodes=1, zero=0, global_batch=64, micro_batch=2)
+    plan = make_plan(nodes=1, zero=0, global_batch=64, micro_batch=2, framework='hf')
     path = tmp_path / 'lightning.yaml'
     path.write_text(export_plan(plan, 'lightning').text)
     with eight_fake_gpus(), mock.patch('sys.argv', ['train.py']):

@@ -37,7 +37,10 @@ def parse(text: str):
 @pytest.mark.parametrize(('zero', 'sharding'), [(0, 'deepspeed'), (3, 'deepspeed'),
                                                 (2, 'fsdp')])
 def test_yaml_parses_with_the_plan_numbers(zero, sharding):
-    plan = make_plan(nodes=2, zero=zero, recompute='full', global_batch=256)
+    # the hf stack shards with DeepSpeed under LoRA only (FSDP2 otherwise)
+    lora = LoraSpec(8, ('q', 'v')) if sharding == 'deepspeed' and zero else None
+    plan = make_plan(nodes=2, zero=zero, recompute='full', global_batch=256, framework='hf',
+                     lora=lora)
     text = export_plan(plan, 'llamafactory', ExportOptions(sharding=sharding)).text
     model, _, training, finetuning, _ = parse(text)
     c = plan.candidate
@@ -48,7 +51,7 @@ def test_yaml_parses_with_the_plan_numbers(zero, sharding):
     assert training.max_steps == plan.steps
     assert training.bf16
     assert finetuning.stage == 'pt'
-    assert finetuning.finetuning_type == 'full'
+    assert finetuning.finetuning_type == ('lora' if lora else 'full')
     if zero and sharding == 'deepspeed':
         assert training.deepspeed['train_batch_size'] == 256
     assert 'NNODES=2' in text
@@ -95,7 +98,7 @@ def test_lora_yaml_parses_and_passes_the_model_checks(lora, zero, target):
 
 
 def test_quantization_without_lora_would_be_caught():
-    plan = make_plan(nodes=1, zero=0, global_batch=64)
+    plan = make_plan(nodes=1, zero=0, global_batch=64, framework='hf')
     text = export_plan(plan, 'llamafactory').text + 'quantization_bit: 4\n'
     with pytest.raises(ValueError, match='only compatible with the LoRA'):
         verify(parse(text))

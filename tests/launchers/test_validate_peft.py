@@ -26,7 +26,7 @@ peft = pytest.importorskip('peft')
 transformers = pytest.importorskip('transformers')
 pytestmark = pytest.mark.filterwarnings('ignore::FutureWarning', 'ignore::UserWarning')
 
-FORMATS = ('hf', 'accelerate', 'deepspeed', 'torchrun', 'lightning', 'slurm')
+FORMATS = ('hf', 'accelerate', 'torchrun', 'lightning', 'slurm')  # the hf stack's
 ALL_LINEAR = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
 
 

@@ -149,3 +149,109 @@ def test_chunked_loss_plan_sbatch_and_srun(tmp_path, payload):
         assert argv[argv.index('--use_liger_kernel') + 1] == 'true'
     else:
         assert '--use_liger_kernel' not in argv
+
+
+SLURM_ENV = {'SLURM_JOB_ID': '4242', 'SLURM_NNODES': '2',
+             'SLURM_JOB_NODELIST': 'gpu-node-[007-008]'}
+
+
+def config_file(argv: list[str], flag: str, folder):
+    """The file after ``flag`` in the payload's argv, written by the script's heredoc."""
+    path = folder / argv[argv.index(flag) + 1]
+    assert path.name.endswith(('-4242.toml', '-4242.json')), path  # one file per job
+    return path
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')  # torch.jit, imported by torchtitan
+def test_torchtitan_plan_runs_torchtitan_with_its_job_config(tmp_path):
+    """The torchtitan format's job config, read by torchtitan's own ConfigManager."""
+    import importlib.util
+
+    if importlib.util.find_spec('torchtitan') is None:
+        pytest.skip('torchtitan is not installed')
+    from tests.launchers.torchtitan_check import parse_job_config
+
+    plan = make_plan(model='llama-3.1-8b', nodes=2, tp=2, pp=2, zero=3, micro_batch=1,
+                     global_batch=256, seq_len=4096, framework='torchtitan')
+    c = plan.candidate
+    text = export_plan(plan, 'slurm').text
+    assert NO_CONTROLLER in sbatch_test_only(text, tmp_path).stderr
+    run_script(text, tmp_path, SLURM_ENV)
+    argv = recorded_argv(tmp_path, 'torchrun')
+    check_launch(argv, 2, 8)
+    assert argv[argv.index('-m') + 1] == 'torchtitan.train'
+    config = parse_job_config(config_file(argv, '--job.config_file', tmp_path))
+    p = config.parallelism
+    assert (p.tensor_parallel_degree, p.pipeline_parallel_degree, p.data_parallel_shard_degree,
+            p.context_parallel_degree) == (c.tp, c.pp, c.dp, c.cp)
+    assert config.training.global_batch_size == 256
+    assert config.training.seq_len == 4096
+    # the same tables as the torchtitan format writes
+    from planner.toml_compat import tomllib
+
+    assert tomllib.loads(export_plan(plan, 'torchtitan').text) == tomllib.loads(
+        config_file(argv, '--job.config_file', tmp_path).read_text())
+
+
+@pytest.mark.parametrize(('framework', 'payload', 'pp', 'zero'), [
+    ('deepspeed', None, 2, 1), ('deepspeed', None, 1, 0), ('hf-deepspeed', 'deepspeed', 1, 2),
+    ('hf-deepspeed', None, 1, 3), ('hf-deepspeed', 'hf', 1, 1)])
+def test_deepspeed_plans_run_deepspeed_with_their_zero_stage(tmp_path, framework, payload, pp,
+                                                             zero):
+    """The DeepSpeed pipeline: the user's script with the deepspeed format's config; HF +
+    DeepSpeed: the Trainer with its inline config (or the user's DeepSpeed script)."""
+    pytest.importorskip('deepspeed')
+    import json
+
+    from tests.launchers.deepspeed_check import deepspeed_config
+
+    plan = make_plan(nodes=2, pp=pp, zero=zero, global_batch=256, framework=framework)
+    c = plan.candidate
+    text = export_plan(plan, 'slurm', ExportOptions(payload=payload)).text
+    assert NO_CONTROLLER in sbatch_test_only(text, tmp_path).stderr
+    run_script(text, tmp_path, SLURM_ENV)
+    argv = recorded_argv(tmp_path, 'torchrun')
+    check_launch(argv, 2, 8)
+    if payload == 'hf' or (framework == 'hf-deepspeed' and payload is None):
+        doc = json.loads(argv[argv.index('--deepspeed') + 1])
+    else:
+        assert '--deepspeed' in argv
+        path = config_file(argv, '--deepspeed_config', tmp_path)
+        doc = json.loads(path.read_text())
+        assert doc == json.loads(export_plan(plan, 'deepspeed').text)  # the format's config
+        assert recorded_env(tmp_path, 'torchrun')['BATCHFIT_PP'] == str(pp)
+    config = deepspeed_config(doc, dp=c.dp)
+    assert config.zero_optimization_stage == zero
+    assert config.train_batch_size == 256
+
+
+@pytest.mark.parametrize(('framework', 'payloads'), [
+    ('hf', ('torchrun', 'hf')), ('hf-deepspeed', ('hf', 'deepspeed')),
+    ('torchtitan', ('torchtitan',)), ('megatron', ('megatron',)),
+    ('deepspeed', ('deepspeed',))])
+def test_payloads_follow_the_stack(capsys, tmp_path, framework, payloads):
+    """A payload the plan's stack does not run is refused (CLI: one line, exit 2)."""
+    from planner.cli.main import EXIT_BAD_INPUT
+    from planner.errors import InputError
+    from planner.export.base import PAYLOADS
+    from planner.planfile.document import write_plan
+    from tests.cli_helpers import run_cli
+
+    zero = {'torchtitan': 3, 'hf': 0}.get(framework, 1)
+    plan = make_plan(nodes=2, zero=zero, global_batch=256, framework=framework)
+    path = tmp_path / 'plan.json'
+    write_plan(path, plan)
+    kinds = {}
+    for payload in PAYLOADS:
+        code, out, err = run_cli(capsys, 'export', str(path), '--format', 'slurm',
+                                 '--payload', payload)
+        if payload in payloads:
+            assert code == 0, err
+            kinds[payload] = out
+            continue
+        assert (code, out, err.count('\n')) == (EXIT_BAD_INPUT, '', 1)
+        with pytest.raises(InputError, match=f'--payload: {payload} does not run the .* '
+                           f'stack this plan was estimated for \\({framework}\\)'):
+            export_plan(plan, 'slurm', ExportOptions(payload=payload))
+    assert export_plan(plan, 'slurm').text == kinds[payloads[-1] if framework == 'hf'
+                                                    else payloads[0]]

@@ -14,7 +14,7 @@ HOSTILE_SCRIPT = 'my dir/tr"ain $(touch pwned) `touch pwned2`; touch pwned3 \'q\
 
 
 def test_single_node_is_standalone(tmp_path):
-    plan = make_plan(nodes=1, gpus_per_node=8, micro_batch=4, global_batch=128)
+    plan = make_plan(nodes=1, gpus_per_node=8, micro_batch=4, global_batch=128, framework='hf')
     run_script(export_plan(plan, 'torchrun').text, tmp_path)
     argv = recorded_argv(tmp_path, 'torchrun')
     config, _script_args = check_launch(argv, 1, 8)
@@ -29,8 +29,9 @@ def test_single_node_is_standalone(tmp_path):
     (2, 2, 1, 1, 'selective'), (1, 1, 2, 3, 'full'), (1, 1, 1, 0, 'none')])
 def test_the_script_gets_the_whole_layout(tmp_path, tp, pp, cp, zero, recompute):
     """TP, PP, CP, DP, ZeRO and recompute reach the training script, not only a comment."""
+    # a migrated schema-2 'hf' plan may split the model (torchrun is an hf launcher)
     plan = make_plan(nodes=2, tp=tp, pp=pp, cp=cp, zero=zero, recompute=recompute,
-                     micro_batch=1, global_batch=128)
+                     micro_batch=1, global_batch=128, framework='hf', precision='amp-bf16')
     c = plan.candidate
     for fmt in ('torchrun', 'slurm'):
         options = ExportOptions(payload='torchrun') if fmt == 'slurm' else ExportOptions()
@@ -47,7 +48,7 @@ def test_the_script_gets_the_whole_layout(tmp_path, tp, pp, cp, zero, recompute)
 
 
 def test_multi_node_static_each_node_its_rank(tmp_path):
-    plan = make_plan(nodes=4, gpus_per_node=8, micro_batch=2, global_batch=256)
+    plan = make_plan(nodes=4, gpus_per_node=8, micro_batch=2, global_batch=256, framework='hf')
     text = export_plan(plan, 'torchrun').text
     for rank in (0, 3):
         run_script(text, tmp_path, {'NODE_RANK': str(rank), 'MASTER_ADDR': '10.0.0.1'})
@@ -58,7 +59,7 @@ def test_multi_node_static_each_node_its_rank(tmp_path):
 
 
 def test_multi_node_stops_without_node_rank(tmp_path):
-    plan = make_plan(nodes=2)
+    plan = make_plan(nodes=2, framework='hf')
     done = run_script(export_plan(plan, 'torchrun').text, tmp_path, {'MASTER_ADDR': 'h'},
                       check=False)
     assert done.returncode != 0
@@ -67,7 +68,7 @@ def test_multi_node_stops_without_node_rank(tmp_path):
 
 
 def test_multi_node_c10d(tmp_path):
-    plan = make_plan(nodes=2)
+    plan = make_plan(nodes=2, framework='hf')
     options = ExportOptions(rdzv='c10d', master_addr='head.example', master_port=29400,
                             rdzv_id='job-7')
     run_script(export_plan(plan, 'torchrun', options).text, tmp_path)
@@ -78,7 +79,7 @@ def test_multi_node_c10d(tmp_path):
 
 
 def test_hostile_script_and_args_arrive_verbatim(tmp_path):
-    plan = make_plan(nodes=1)
+    plan = make_plan(nodes=1, framework='hf')
     args = ('--data', '/d a/$HOME;x', '`id`', "it's")
     options = ExportOptions(script=HOSTILE_SCRIPT, script_args=args)
     run_script(export_plan(plan, 'torchrun', options).text, tmp_path)

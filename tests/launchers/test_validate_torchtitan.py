@@ -99,13 +99,13 @@ def test_config_and_parallel_dims(tmp_path, tp, pp, vpp, zero, recompute):
 
 
 def test_pure_data_parallel_replicates(tmp_path):
-    plan = make_plan(nodes=2, zero=0, global_batch=256)
+    plan = make_plan(nodes=2, zero=0, global_batch=256, framework='torchtitan')
     p = job_config(tmp_path, export_plan(plan, 'torchtitan').text).parallelism
     assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree) == (16, 1)
 
 
 def test_launch_comment_runs_the_same_processes(tmp_path):
-    plan = make_plan(nodes=2, zero=3)
+    plan = make_plan(nodes=2, zero=3, framework='torchtitan')
     text = export_plan(plan, 'torchtitan', ExportOptions(rdzv='c10d')).text
     run_script(launch_comment(text), tmp_path, {'MASTER_ADDR': 'head'})
     argv = recorded_argv(tmp_path, 'torchrun')
@@ -114,7 +114,8 @@ def test_launch_comment_runs_the_same_processes(tmp_path):
 
 
 def test_unknown_model_gets_a_flavor_torchtitan_rejects(tmp_path):
-    plan = make_plan(model='qwen2.5-0.5b', nodes=1, zero=3, global_batch=64)
+    plan = make_plan(model='qwen2.5-0.5b', nodes=1, zero=3, global_batch=64,
+                     framework='torchtitan')
     config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
     from torchtitan.protocols.train_spec import get_train_spec
 

@@ -25,3 +25,11 @@ def stub_triton_kernels() -> None:
 
     stub.generate_permute_indices = generate_permute_indices
     sys.modules[KERNELS] = stub
+
+
+def parse_job_config(path):
+    """The job config torchtitan's own ConfigManager builds from the TOML at ``path``."""
+    stub_triton_kernels()
+    from torchtitan.config import ConfigManager
+
+    return ConfigManager().parse_args(['--job.config_file', str(path)])

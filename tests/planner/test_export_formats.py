@@ -9,10 +9,11 @@ import pytest
 
 from planner.cli.main import EXIT_BAD_INPUT
 from planner.errors import InputError
-from planner.export import EXPORTERS, ExportOptions, export_plan
+from planner.export import EXPORTERS, ExportOptions, export_plan, stack_formats
 from planner.memory.training import LoraSpec
 from planner.planfile.document import write_plan
 from planner.plans.batch import check_candidate
+from planner.stacks import STACKS
 from planner.toml_compat import tomllib
 from tests.cli_helpers import run_cli
 from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_script
@@ -20,7 +21,26 @@ from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_s
 
 @pytest.fixture(scope='module')
 def dp_plan():
-    return make_plan(nodes=2, zero=2, recompute='selective', global_batch=256)
+    """A Hugging Face plan file from before stacks (schema 2, migrated: hf, amp-bf16) with a
+    recompute mode the Trainer has not."""
+    return make_plan(nodes=2, zero=2, recompute='selective', global_batch=256,
+                     framework='hf', precision='amp-bf16')
+
+
+@pytest.fixture(scope='module')
+def tt_plan():
+    return make_plan(model='llama-3.1-8b', nodes=4, tp=2, pp=2, vpp=2, zero=3,
+                     global_batch=256, micro_batch=1, seq_len=4096, framework='torchtitan')
+
+
+# A data-parallel plan of each stack, with a ZeRO stage it runs.
+STACK_ZERO = {'hf': 2, 'hf-deepspeed': 2, 'torchtitan': 3, 'megatron': 1, 'deepspeed': 1}
+
+
+@pytest.fixture(scope='module')
+def stack_plans():
+    return {key: make_plan(nodes=2, zero=zero, global_batch=256, framework=key)
+            for key, zero in STACK_ZERO.items()}
 
 
 @pytest.fixture(scope='module')
@@ -32,30 +52,75 @@ def mp_plan():
 
 
 
+@pytest.mark.parametrize('stack', list(STACKS))
 @pytest.mark.parametrize('fmt', list(EXPORTERS))
-def test_every_format_exports_a_data_parallel_plan(dp_plan, fmt):
-    if fmt == 'megatron':  # ZeRO 2: Megatron's distributed optimizer is ZeRO-1
-        with pytest.raises(InputError, match='re-plan with --zero 0,1'):
-            export_plan(dp_plan, fmt)
+def test_a_plan_exports_to_its_own_stacks_launchers_only(stack_plans, tmp_path, capsys, stack,
+                                                         fmt):
+    """A plan and its export cannot diverge: another stack's launcher is refused (CLI:
+    one line, exit 2), naming the plan's stack and the formats it runs."""
+    plan = stack_plans[stack]
+    assert plan.candidate.framework == stack
+    path = tmp_path / 'plan.json'
+    write_plan(path, plan)
+    code, out, err = run_cli(capsys, 'export', str(path), '--format', fmt)
+    if fmt not in STACKS[stack].launchers:
+        with pytest.raises(InputError, match=f'--format {fmt}: the plan was estimated for the '
+                           f'.* stack \\({stack}\\), which runs '):
+            export_plan(plan, fmt)
+        assert (code, out, err.count('\n')) == (EXIT_BAD_INPUT, '', 1)
+        assert ', '.join(STACKS[stack].launchers) in err
         return
-    exported = export_plan(dp_plan, fmt)
+    exported = export_plan(plan, fmt)
+    assert code == 0, err
+    assert out == exported.text
     assert exported.text.endswith('\n')
     assert exported.filename
-    c = dp_plan.candidate
+    c = plan.candidate
     if fmt != 'deepspeed':  # JSON has no comments; its notes go to stderr
         assert f'global batch 256 = micro-batch {c.micro_batch} x accumulation {c.grad_accum}' \
             f' x DP 16' in exported.text
 
 
+def test_old_plans_keep_their_stacks_formats(tmp_path, capsys):
+    """A schema-2 plan file (no stack: 'hf' or 'megatron') migrates to that stack and
+    exports to its launchers, as before; another stack's are refused."""
+    for framework, precision, zero, ok, refused in (
+            ('hf', 'amp-bf16', 0, ('hf', 'accelerate', 'torchrun', 'slurm'),
+             ('megatron', 'torchtitan', 'deepspeed')),
+            ('megatron', 'bf16-mixed', 1, ('megatron', 'slurm'),
+             ('hf', 'torchtitan', 'torchrun', 'deepspeed'))):
+        plan = make_plan(nodes=1, zero=zero, global_batch=64, framework=framework,
+                         precision=precision)
+        data = plan.to_dict()
+        data['schema'] = 'batchfit.plan/2'
+        data['constraints'] = {k: v for k, v in data['constraints'].items()
+                               if k not in ('loop', 'compile', 'async_tp')}
+        data['candidate'] = {k: v for k, v in data['candidate'].items()
+                             if k not in ('framework', 'precision', 'ep')}
+        path = tmp_path / f'{framework}.json'
+        path.write_text(json.dumps(data))
+        for fmt in ok:
+            code, _, err = run_cli(capsys, 'export', str(path), '--format', fmt)
+            assert code == 0, (framework, fmt, err)
+        for fmt in refused:
+            code, _, err = run_cli(capsys, 'export', str(path), '--format', fmt)
+            assert code == EXIT_BAD_INPUT
+            assert f'stack ({framework})' in err
+
+
 @pytest.mark.parametrize('fmt', ['hf', 'accelerate', 'lightning', 'llamafactory'])
 def test_data_parallel_launchers_refuse_model_parallel_plans(mp_plan, fmt):
+    """A migrated schema-2 'hf' plan may split the model (the stack did not then)."""
+    legacy = dataclasses.replace(mp_plan, candidate=dataclasses.replace(
+        mp_plan.candidate, framework='hf', precision='amp-bf16'))
     with pytest.raises(InputError, match=f'--format {fmt}: the plan splits the model'):
-        export_plan(mp_plan, fmt)
+        export_plan(legacy, fmt)
 
 
-@pytest.mark.parametrize('fmt', ['megatron', 'torchtitan', 'torchrun', 'slurm', 'deepspeed'])
-def test_model_parallel_launchers_take_them(mp_plan, fmt):
-    assert export_plan(mp_plan, fmt).text
+@pytest.mark.parametrize('fmt', ['megatron', 'torchtitan', 'slurm'])
+def test_model_parallel_launchers_take_them(mp_plan, tt_plan, fmt):
+    assert export_plan(tt_plan if fmt == 'torchtitan' else mp_plan, fmt).text
+    assert export_plan(tt_plan, 'slurm').text
 
 
 def test_megatron_arguments(mp_plan):
@@ -71,8 +136,9 @@ def test_megatron_arguments(mp_plan):
 
 
 @pytest.mark.parametrize(('fmt', 'changes', 'message'), [
-    ('megatron', {'zero': 3}, 'ZeRO 3'),
-    ('hf', {'zero': 1}, 'FSDP has no ZeRO-1'),
+    ('megatron', {'zero': 3, 'framework': 'megatron'}, 'ZeRO 3'),
+    ('hf', {'zero': 1, 'framework': 'hf', 'lora': LoraSpec(16, ('q', 'v'))},
+     'FSDP has no ZeRO-1'),
 ])
 def test_refusals(fmt, changes, message):
     plan = make_plan(nodes=1, global_batch=64, **changes)
@@ -86,14 +152,15 @@ def test_refusals(fmt, changes, message):
     ('megatron', 'bf16', 'pure bf16')])
 def test_precision_refusals(fmt, precision, message):
     plan = make_plan(nodes=1, zero=0, global_batch=64, precision=precision,
-                     framework='megatron' if fmt == 'megatron' else 'hf')
+                     framework={'deepspeed': 'hf-deepspeed'}.get(fmt, fmt))
     with pytest.raises(InputError, match=message):
         export_plan(plan, fmt)
 
 
 @pytest.mark.parametrize('fmt', ['megatron', 'torchtitan'])
-def test_more_pipeline_stages_than_layers_are_refused(mp_plan, fmt):
+def test_more_pipeline_stages_than_layers_are_refused(mp_plan, tt_plan, fmt):
     """Only a hand-written plan file has them (pp 2 x 2 virtual stages for 3 layers)."""
+    mp_plan = tt_plan if fmt == 'torchtitan' else mp_plan
     spec = dataclasses.replace(mp_plan.model.spec, num_layers=3)
     plan = dataclasses.replace(mp_plan, model=dataclasses.replace(mp_plan.model, spec=spec))
     with pytest.raises(InputError, match=f'--format {fmt}: pp 2 x 2 virtual stages'):
@@ -106,7 +173,7 @@ def test_more_pipeline_stages_than_layers_are_refused(mp_plan, fmt):
 def test_batch_identities_checked_before_export(dp_plan):
     broken = dataclasses.replace(dp_plan, candidate=dataclasses.replace(
         dp_plan.candidate, grad_accum=dp_plan.candidate.grad_accum + 1))
-    for fmt in EXPORTERS:
+    for fmt in stack_formats(dp_plan):
         with pytest.raises(InputError, match='micro-batch × accumulation × DP'):
             export_plan(broken, fmt)
     with pytest.raises(InputError, match='not the 16 GPUs'):
@@ -129,18 +196,18 @@ def test_no_learning_rate_in_the_plan():
     assert 'DeepSeek' in plan.guidance.learning_rate_source
 
 
-def test_torchtitan_launch_comment_runs(tmp_path, mp_plan):
-    text = export_plan(mp_plan, 'torchtitan', ExportOptions(master_addr='h0')).text
+def test_torchtitan_launch_comment_runs(tmp_path, tt_plan):
+    text = export_plan(tt_plan, 'torchtitan', ExportOptions(master_addr='h0')).text
     tables = tomllib.loads(text)
-    assert tables['training']['local_batch_size'] == mp_plan.candidate.grad_accum  # PP: all
+    assert tables['training']['local_batch_size'] == tt_plan.candidate.grad_accum  # PP: all
     assert tables['parallelism']['pipeline_parallel_schedule'] == 'Interleaved1F1B'
     run_script(launch_comment(text), tmp_path, {'NODE_RANK': '1'})
     assert recorded_argv(tmp_path, 'torchrun')[:2] == ['--nnodes=4', '--nproc_per_node=8']
 
 
-def test_export_cli(tmp_path, capsys, dp_plan):
+def test_export_cli(tmp_path, capsys, stack_plans):
     path = tmp_path / 'plan.json'
-    write_plan(path, dp_plan)
+    write_plan(path, stack_plans['hf-deepspeed'])
     code, out, err = run_cli(capsys, 'export', str(path), '--format', 'deepspeed')
     assert code == 0, err
     assert json.loads(out)['train_batch_size'] == 256
@@ -190,20 +257,24 @@ def qlora_plan():
 
 @pytest.mark.parametrize('fmt', ['megatron', 'torchtitan'])
 def test_launchers_without_lora_refuse_lora_plans(lora_plan, capsys, tmp_path, fmt):
-    with pytest.raises(InputError, match=f'--format {fmt}: the plan fine-tunes LoRA adapters'):
+    with pytest.raises(InputError, match=f'--format {fmt}: the plan was estimated for the '
+                       'Hugging Face stack'):
         export_plan(lora_plan, fmt)
+    legacy = dataclasses.replace(lora_plan, candidate=dataclasses.replace(
+        lora_plan.candidate, framework=fmt))  # a hand-edited file: refused by the trainer
+    with pytest.raises(InputError, match=f'--format {fmt}: the plan fine-tunes LoRA adapters'):
+        export_plan(legacy, fmt)
     path = tmp_path / 'plan.json'
     write_plan(path, lora_plan)
     code, out, err = run_cli(capsys, 'export', str(path), '--format', fmt)
     assert code == EXIT_BAD_INPUT
     assert out == ''
     assert err.count('\n') == 1
-    with pytest.raises(InputError, match='--format megatron: the plan fine-tunes LoRA'):
+    with pytest.raises(InputError, match='--payload: megatron does not run the Hugging Face'):
         export_plan(lora_plan, 'slurm', ExportOptions(payload='megatron'))
 
 
-@pytest.mark.parametrize('fmt', ['hf', 'accelerate', 'deepspeed', 'torchrun', 'lightning',
-                                 'slurm'])
+@pytest.mark.parametrize('fmt', ['hf', 'accelerate', 'torchrun', 'lightning', 'slurm'])
 def test_peft_launchers_keep_their_command_and_say_which_lora_config(lora_plan, qlora_plan,
                                                                      fmt):
     full = export_plan(make_plan(nodes=2, zero=0, global_batch=256, framework='hf'), fmt)
@@ -239,7 +310,8 @@ def test_llamafactory_lora_keys(lora_plan, qlora_plan):
     for line in ('lora_rank: 64', 'lora_target: "all"', 'quantization_bit: 4',
                  'quantization_type: "nf4"', 'double_quantization: true'):
         assert line in text
-    full = export_plan(make_plan(nodes=1, zero=0, global_batch=64), 'llamafactory').text
+    full = export_plan(make_plan(nodes=1, zero=0, global_batch=64, framework='hf'),
+                       'llamafactory').text
     assert 'finetuning_type: "full"' in full
     assert 'lora_rank' not in full
 

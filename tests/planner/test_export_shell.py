@@ -81,7 +81,8 @@ def test_hostile_script_args_and_model_arrive_verbatim(tmp_path, fmt, value):
 @pytest.mark.parametrize('fmt', ['lightning', 'llamafactory', 'torchtitan', 'deepspeed'])
 def test_config_formats_keep_hostile_names_as_data(fmt):
     name = 'evil\n"name": [1]\n$(touch pwned) \' ` ; # x'
-    plan = renamed(make_plan(nodes=1, zero=3), name)
+    stack = {'torchtitan': 'torchtitan', 'deepspeed': 'hf-deepspeed'}.get(fmt, 'hf')
+    plan = renamed(make_plan(nodes=1, zero=3, framework=stack), name)
     text = export_plan(plan, fmt, ExportOptions(script='a b.py')).text
     for line in text.splitlines():
         if 'evil' in line:  # only inside a quoted value or an escaped comment

@@ -184,8 +184,13 @@ def test_every_launcher_of_the_stack_runs_the_chunked_loss(chunked_plan, chunked
     launchers = set(STACKS['hf'].launchers) | set(STACKS['hf-deepspeed'].launchers)
     plan = chunked_ds_plan if fmt == 'deepspeed' else chunked_plan
     if fmt not in launchers:  # Megatron's and torchtitan's trainers run their own loss
-        with pytest.raises(InputError, match=f"--format {fmt}: the plan counts Liger's"):
+        with pytest.raises(InputError, match=f'--format {fmt}: the plan was estimated for the '
+                           'Hugging Face stack'):
             export_plan(plan, fmt)
+        legacy = dataclasses.replace(plan, candidate=dataclasses.replace(
+            plan.candidate, framework=fmt))  # a hand-edited file: refused by the trainer
+        with pytest.raises(InputError, match=f"--format {fmt}: the plan counts Liger's"):
+            export_plan(legacy, fmt)
         return
     exported = export_plan(plan, fmt)
     assert any('liger' in n.lower() for n in exported.notes)

@@ -256,7 +256,8 @@ def plan_args(**given) -> argparse.Namespace:
     return argparse.Namespace(**{**defaults, **given})
 
 
-def test_plan_hooks_save_and_export(tmp_path, plan, capsys):
+def test_plan_hooks_save_and_export(tmp_path, capsys):
+    plan = make_plan(nodes=2, zero=1, global_batch=256, framework='hf-deepspeed')
     request = plan.to_request()
     result = search(request)
     args = plan_args(save=str(tmp_path / 'p.json'), export='deepspeed',

@@ -472,8 +472,10 @@ def test_export_to_launchers(qtbot, window):
     dialog = window.show_export_dialog()
     qtbot.addWidget(dialog)
     assert dialog.tabs.count() >= 2
-    assert 'torchrun' in dialog.texts['torchrun']
-    assert f'{c.global_batch}' in dialog.texts['torchrun']
+    assert set(dialog.texts) <= set(dialog.formats)  # the plan's stack's launchers only
+    assert 'slurm' in dialog.texts
+    assert 'torchrun' in dialog.texts['slurm']
+    assert f'{c.global_batch}' in dialog.texts['slurm']
     for name, message in dialog.errors.items():  # a refused format says why
         assert name in message
         assert 're-plan' not in message  # no CLI flag the window lacks

@@ -1267,6 +1267,10 @@ or enter another Python above.</source>
         <translation>在“选项”中将优化器设为 {value}</translation>
     </message>
     <message>
+        <source>choose stack {value} under Options</source>
+        <translation>在“选项”中将技术栈设为 {value}</translation>
+    </message>
+    <message>
         <source> or </source>
         <translation>，或</translation>
     </message>

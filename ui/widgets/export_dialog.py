@@ -77,7 +77,7 @@ class ExportDialog(QDialog):
 
     def __init__(self, outcome: PlanOutcome, c: Candidate, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        from planner.export import EXPORTERS, export_plan
+        from planner.export import EXPORTERS, export_plan, stack_formats
         from ui.plan_document import plan_for
 
         self.setWindowTitle(translate('ExportDialog', 'Export plan #{rank} to a launcher').format(
@@ -95,6 +95,9 @@ class ExportDialog(QDialog):
         except InputError as exc:
             plan = None
             layout.insertWidget(0, QLabel(str(exc)))
+        # a plan exports to its own stack's launchers only: the other tabs are disabled,
+        # their tooltip saying why (planner.export.check_stack_format)
+        self.formats: tuple[str, ...] = tuple(EXPORTERS) if plan is None else stack_formats(plan)
         for name, exporter in EXPORTERS.items():
             page = QWidget()
             page_layout = QVBoxLayout(page)
@@ -113,7 +116,10 @@ class ExportDialog(QDialog):
                 message.setStyleSheet('color: #c62828;')
                 page_layout.addWidget(message)
                 page_layout.addStretch(1)
-                self.tabs.addTab(page, name)
+                index = self.tabs.addTab(page, name)
+                if name not in self.formats:
+                    self.tabs.setTabEnabled(index, False)
+                    self.tabs.setTabToolTip(index, self.errors[name])
                 continue
             self.texts[name] = result.text
             view = QPlainTextEdit(result.text)
@@ -142,6 +148,8 @@ class ExportDialog(QDialog):
             row.addWidget(save)
             page_layout.addLayout(row)
             self.tabs.addTab(page, name)
+        first = next((i for i in range(self.tabs.count()) if self.tabs.isTabEnabled(i)), 0)
+        self.tabs.setCurrentIndex(first)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
