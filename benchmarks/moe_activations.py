@@ -24,11 +24,6 @@ from __future__ import annotations
 import numpy as np
 
 from planner.memory.recipes import RECIPES
-from planner.models.spec import ModelSpec, MoESpec
-
-
-def _one():
-    return np.ones(())
 
 
 def megatron_rows() -> list[tuple[str, int, float, float]]:
@@ -55,24 +50,14 @@ def megatron_rows() -> list[tuple[str, int, float, float]]:
 
 
 def titan_rows() -> list[tuple[str, int, float, float]]:
-    from planner.memory.stack_activations import torchtitan_moe_block
-    from tests.stacks.test_moe_activations import _titan_cases
+    from tests.stacks.test_moe_activations import _titan_cases, _titan_estimate, _titan_recipe
     from tests.stacks.titan_moe import measure
 
     rows = []
     for case in _titan_cases():
         got, _ = measure(case)
-        m = ModelSpec(name=case.name, num_layers=1, hidden_size=case.hidden, num_heads=4,
-                      num_kv_heads=4, head_dim=case.hidden // 4, ffn_size=4 * case.hidden,
-                      vocab_size=256, clamped_glu=case.gpt_oss, mlp_bias=case.gpt_oss,
-                      moe=MoESpec(num_experts=case.experts, top_k=case.topk,
-                                  expert_ffn_size=case.expert_ffn, shared_experts=case.shared,
-                                  shared_ffn_size=case.expert_ffn if case.shared else 0))
-        r = RECIPES['fp32' if case.fp32 else 'fsdp-bf16']
-        one = _one()
-        est = float(torchtitan_moe_block(m, r).bytes(
-            case.batch * one, case.seq * one, one, one, np.zeros((), bool), case.hidden, 4,
-            et=one, ep=one)) + r.act_bytes * case.hidden * case.tokens
+        est = _titan_estimate(case)
+        r = _titan_recipe(case)
         k, h, c = case.topk, case.hidden, float(r.weight_bytes)
         wide = 7 if case.gpt_oss else 4
         before = case.tokens * (c * 2 * k * h + c * wide * k * case.expert_ffn
@@ -91,7 +76,7 @@ def per_layer_rows() -> list[tuple[str, str, str, float]]:
     models = (('gpt-oss-120b', 'bf16-mixed', 1, 1, 8), ('qwen3-30b-a3b', 'fp8', 1, 1, 16),
               ('qwen3-235b-a22b', 'fp8', 2, 1, 32))
     recipe = {'megatron': None, 'hf': 'amp-bf16', 'torchtitan': 'fsdp-bf16'}
-    one = _one()
+    one = np.ones(())
     for stack in ('megatron', 'hf', 'torchtitan'):
         for name, precision, t, etp, ep in models:
             m = resolve_model(name)

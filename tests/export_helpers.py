@@ -133,6 +133,12 @@ def renamed(plan: PlanFile, name: str) -> PlanFile:
     return dataclasses.replace(plan, model=dataclasses.replace(plan.model, spec=spec, ref=name))
 
 
+def edited(plan: PlanFile, **candidate: object) -> PlanFile:
+    """The plan with some of its candidate's fields replaced, as a hand-edited (or older)
+    file may have them: what the search would not produce, for the exporters' own checks."""
+    return dataclasses.replace(plan, candidate=dataclasses.replace(plan.candidate, **candidate))
+
+
 def run_script(text: str, folder: Path, env: dict[str, str] | None = None,
                check: bool = True) -> subprocess.CompletedProcess:
     """Run an exported bash script with stubbed launchers in ``folder``."""

@@ -70,9 +70,9 @@ def check_stack_format(plan: PlanFile, fmt: str) -> None:
     Raises:
         InputError: ``fmt`` is not one of the plan's stack's launchers.
     """
-    formats = stack_formats(plan)
+    stack = get_stack(plan.candidate.framework, 'candidate.framework')
+    formats = stack.launchers
     if fmt not in formats:
-        stack = get_stack(plan.candidate.framework, 'candidate.framework')
         raise refuse(fmt, f'the plan was estimated for the {stack.label} stack '
                      f'({stack.key}), which runs {", ".join(formats)}: this launcher would '
                      'run other memory and step time than planned',

@@ -44,12 +44,12 @@ if TYPE_CHECKING:
     from planner.planfile.document import PlanFile
     from planner.plans.batch import BatchNumbers
 
-# sed reads the whole list: `head -n 1` would exit early, scontrol would die of SIGPIPE on a
-# long node list, and `set -o pipefail` would stop the job.
 DEEPSPEED_SCRIPT = ('your DeepSpeed script parses --deepspeed_config with '
                     'deepspeed.add_config_arguments(parser) and passes it to '
                     'deepspeed.initialize(args=...); it reads the layout from the BATCHFIT_* '
                     'variables (docs/export.md)')
+# sed reads the whole list: `head -n 1` would exit early, scontrol would die of SIGPIPE on a
+# long node list, and `set -o pipefail` would stop the job.
 HEAD_NODE = 'head_node="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"'
 
 

@@ -675,7 +675,7 @@ def _microbatch_compute(model: ModelSpec, seq_len: int, gpu: GpuSpec, lay: Layou
     hbm_bps = links.hbm_bps
     elementwise = (_elementwise_bytes_per_token(model, s, attention, r.act_bytes)[rc]
                    + _adapter_bytes_per_token(model, r, lora)[rc])
-    if STACKS[framework].key == 'megatron':  # GPT-OSS's eager clamp and expert biases
+    if framework == 'megatron':  # GPT-OSS's eager clamp and expert biases
         elementwise = elementwise + megatron_expert_eager_bytes_per_token(
             model, r.act_bytes)[rc]
     sb = _stage_bytes(model, r, t, p, lora, lay.ep, lay.etp)

@@ -6,7 +6,7 @@ import pytest
 
 from planner.export import ExportOptions, export_plan
 from planner.memory.training import LoraSpec
-from tests.export_helpers import hsdp_plan, make_plan, recorded_argv, run_script
+from tests.export_helpers import edited, hsdp_plan, make_plan, recorded_argv, run_script
 
 pytest.importorskip('accelerate')
 
@@ -126,13 +126,10 @@ def test_hsdp_plan_launches_as_accelerate_parallelism_config(tmp_path, zero):
 
 def test_hsdp_needs_fsdp():
     """A plan file can say HSDP where accelerate cannot run it (DeepSpeed, DDP): refused."""
-    import dataclasses
-
     from planner.errors import InputError
 
     plan = make_plan(nodes=2, zero=2, global_batch=256, framework='hf-deepspeed')
-    plan = dataclasses.replace(plan, candidate=dataclasses.replace(plan.candidate,
-                                                                   dp_replicate=2))
+    plan = edited(plan, dp_replicate=2)
     for fmt in ('accelerate', 'hf', 'deepspeed'):
         with pytest.raises(InputError, match='HSDP'):
             export_plan(plan, fmt)

@@ -11,6 +11,7 @@ import pytest
 from planner.export import ExportOptions, export_plan
 from tests.export_helpers import (
     check_stage_layers,
+    edited,
     launch_comment,
     make_plan,
     recorded_argv,
@@ -171,8 +172,7 @@ def test_hsdp_exports_replicate_and_shard_degrees(tmp_path, zero):
 
     plan = make_plan(model='llama-3.2-1b', nodes=4, zero=zero, micro_batch=1,
                      global_batch=256, seq_len=4096, framework='torchtitan')
-    plan = dataclasses.replace(plan, candidate=dataclasses.replace(plan.candidate,
-                                                                   dp_replicate=4))
+    plan = edited(plan, dp_replicate=4)
     config = job_config(tmp_path, export_plan(plan, 'torchtitan').text)
     p = config.parallelism
     assert (p.data_parallel_replicate_degree, p.data_parallel_shard_degree) == (4, 8)

@@ -16,7 +16,7 @@ from planner.plans.batch import check_candidate
 from planner.stacks import STACKS
 from planner.toml_compat import tomllib
 from tests.cli_helpers import run_cli
-from tests.export_helpers import launch_comment, make_plan, recorded_argv, run_script
+from tests.export_helpers import edited, launch_comment, make_plan, recorded_argv, run_script
 
 
 @pytest.fixture(scope='module')
@@ -111,8 +111,7 @@ def test_old_plans_keep_their_stacks_formats(tmp_path, capsys):
 @pytest.mark.parametrize('fmt', ['hf', 'accelerate', 'lightning', 'llamafactory'])
 def test_data_parallel_launchers_refuse_model_parallel_plans(mp_plan, fmt):
     """A migrated schema-2 'hf' plan may split the model (the stack did not then)."""
-    legacy = dataclasses.replace(mp_plan, candidate=dataclasses.replace(
-        mp_plan.candidate, framework='hf', precision='amp-bf16'))
+    legacy = edited(mp_plan, framework='hf', precision='amp-bf16')
     with pytest.raises(InputError, match=f'--format {fmt}: the plan splits the model'):
         export_plan(legacy, fmt)
 
@@ -171,8 +170,7 @@ def test_more_pipeline_stages_than_layers_are_refused(mp_plan, tt_plan, fmt):
 
 
 def test_batch_identities_checked_before_export(dp_plan):
-    broken = dataclasses.replace(dp_plan, candidate=dataclasses.replace(
-        dp_plan.candidate, grad_accum=dp_plan.candidate.grad_accum + 1))
+    broken = edited(dp_plan, grad_accum=dp_plan.candidate.grad_accum + 1)
     for fmt in stack_formats(dp_plan):
         with pytest.raises(InputError, match='micro-batch × accumulation × DP'):
             export_plan(broken, fmt)
@@ -260,8 +258,7 @@ def test_launchers_without_lora_refuse_lora_plans(lora_plan, capsys, tmp_path, f
     with pytest.raises(InputError, match=f'--format {fmt}: the plan was estimated for the '
                        'Hugging Face stack'):
         export_plan(lora_plan, fmt)
-    legacy = dataclasses.replace(lora_plan, candidate=dataclasses.replace(
-        lora_plan.candidate, framework=fmt))  # a hand-edited file: refused by the trainer
+    legacy = edited(lora_plan, framework=fmt)  # refused by the trainer itself
     with pytest.raises(InputError, match=f'--format {fmt}: the plan fine-tunes LoRA adapters'):
         export_plan(legacy, fmt)
     path = tmp_path / 'plan.json'

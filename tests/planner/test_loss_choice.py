@@ -26,7 +26,7 @@ from planner.stacks import STACKS
 from planner.stacks.catalog import LIGER_MODEL_TYPES
 from planner.timing.step_time import TrainingLength
 from tests.cli_helpers import run_cli
-from tests.export_helpers import make_plan
+from tests.export_helpers import edited, make_plan
 
 DATA = Path(__file__).parent / 'data' / 'hf_configs'
 # What each stack's launchers switch on (planner/stacks/catalog.py): Liger's kernels in the
@@ -187,8 +187,7 @@ def test_every_launcher_of_the_stack_runs_the_chunked_loss(chunked_plan, chunked
         with pytest.raises(InputError, match=f'--format {fmt}: the plan was estimated for the '
                            'Hugging Face stack'):
             export_plan(plan, fmt)
-        legacy = dataclasses.replace(plan, candidate=dataclasses.replace(
-            plan.candidate, framework=fmt))  # a hand-edited file: refused by the trainer
+        legacy = edited(plan, framework=fmt)  # refused by the trainer itself
         with pytest.raises(InputError, match=f"--format {fmt}: the plan counts Liger's"):
             export_plan(legacy, fmt)
         return

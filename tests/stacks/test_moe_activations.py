@@ -188,6 +188,28 @@ def _titan_cases():
     ]
 
 
+def _titan_recipe(case):
+    return RECIPES['fp32' if case.fp32 else 'fsdp-bf16']
+
+
+def _titan_estimate(case) -> float:
+    """batchfit's :func:`torchtitan_moe_block` for ``case`` plus the block's input (the norm
+    output, counted with the norms), in bytes."""
+    from planner.memory.stack_activations import torchtitan_moe_block
+
+    m = ModelSpec(name=case.name, num_layers=1, hidden_size=case.hidden, num_heads=4,
+                  num_kv_heads=4, head_dim=case.hidden // 4, ffn_size=4 * case.hidden,
+                  vocab_size=256, clamped_glu=case.gpt_oss, mlp_bias=case.gpt_oss,
+                  moe=MoESpec(num_experts=case.experts, top_k=case.topk,
+                              expert_ffn_size=case.expert_ffn, shared_experts=case.shared,
+                              shared_ffn_size=case.expert_ffn if case.shared else 0))
+    r = _titan_recipe(case)
+    one = np.ones(())
+    return float(torchtitan_moe_block(m, r).bytes(
+        case.batch * one, case.seq * one, one, one, np.zeros((), bool), case.hidden, 4,
+        et=one, ep=one)) + r.act_bytes * case.hidden * case.tokens
+
+
 @pytest.mark.skipif(importlib.util.find_spec('torchtitan') is None,
                     reason='not installed: torchtitan')
 @pytest.mark.parametrize('case', _titan_cases(), ids=lambda c: c.name)
@@ -195,20 +217,9 @@ def test_torchtitan_moe_block_matches_torchtitan(case):
     """torchtitan's own MoE block against :func:`torchtitan_moe_block` plus its input (the
     norm output, counted with the norms): never low, within 1 % (the count takes the
     larger of torchtitan's two combine paths and, for ``route_norm`` off, its division)."""
-    from planner.memory.stack_activations import torchtitan_moe_block
     from tests.stacks.titan_moe import measure
 
     got, storages = measure(case)
-    m = ModelSpec(name=case.name, num_layers=1, hidden_size=case.hidden, num_heads=4,
-                  num_kv_heads=4, head_dim=case.hidden // 4, ffn_size=4 * case.hidden,
-                  vocab_size=256, clamped_glu=case.gpt_oss, mlp_bias=case.gpt_oss,
-                  moe=MoESpec(num_experts=case.experts, top_k=case.topk,
-                              expert_ffn_size=case.expert_ffn, shared_experts=case.shared,
-                              shared_ffn_size=case.expert_ffn if case.shared else 0))
-    r = RECIPES['fp32' if case.fp32 else 'fsdp-bf16']
-    one = np.ones(())
-    est = float(torchtitan_moe_block(m, r).bytes(
-        case.batch * one, case.seq * one, one, one, np.zeros((), bool), case.hidden, 4,
-        et=one, ep=one)) + r.act_bytes * case.hidden * case.tokens
+    est = _titan_estimate(case)
     assert est >= got, (case.name, est, got, storages)
     assert est == pytest.approx(got, rel=0.01), (case.name, est, got, storages)

@@ -151,13 +151,22 @@ def test_small_llama_config_file_is_the_measured_shape():
     assert json.loads(path.read_text(encoding='utf-8')) == SMALL_LLAMA
 
 
-@pytest.mark.torch
-@pytest.mark.skipif(importlib.util.find_spec('megatron') is None
-                    or importlib.util.find_spec('megatron.core') is None,
-                    reason='not installed: megatron-core')
-@pytest.mark.filterwarnings('ignore::UserWarning')
-@pytest.mark.filterwarnings('ignore::DeprecationWarning')
-@pytest.mark.filterwarnings('ignore::FutureWarning')
+def _megatron_core(test):
+    """Marks for a test that builds megatron-core on the CPU: torch, the package, and the
+    warnings megatron-core raises on import without a GPU."""
+    marks = (pytest.mark.torch,
+             pytest.mark.skipif(importlib.util.find_spec('megatron') is None
+                                or importlib.util.find_spec('megatron.core') is None,
+                                reason='not installed: megatron-core'),
+             pytest.mark.filterwarnings('ignore::UserWarning'),
+             pytest.mark.filterwarnings('ignore::DeprecationWarning'),
+             pytest.mark.filterwarnings('ignore::FutureWarning'))
+    for mark in marks:
+        test = mark(test)
+    return test
+
+
+@_megatron_core
 def test_megatron_core_keeps_bf16_params_and_an_fp32_main_grad_buffer():
     """megatron-core's own DDP: 2 B of bf16 parameters (norms aside) + 4 B of fp32 main
     grads per parameter, the 6 of Megatron's 6 + 12/d, as batchfit's bf16-mixed counts."""
@@ -170,13 +179,7 @@ def test_megatron_core_keeps_bf16_params_and_an_fp32_main_grad_buffer():
     assert grad_b == pytest.approx(recipe.grad_bytes, abs=1e-9)
 
 
-@pytest.mark.torch
-@pytest.mark.skipif(importlib.util.find_spec('megatron') is None
-                    or importlib.util.find_spec('megatron.core') is None,
-                    reason='not installed: megatron-core')
-@pytest.mark.filterwarnings('ignore::UserWarning')
-@pytest.mark.filterwarnings('ignore::DeprecationWarning')
-@pytest.mark.filterwarnings('ignore::FutureWarning')
+@_megatron_core
 def test_megatron_core_grad_reduce_in_bf16_keeps_a_bf16_main_grad_buffer():
     """``--grad-reduce-in-bf16`` (DDP ``grad_reduce_in_fp32=False``): megatron-core's own
     DDP makes the main-grad buffer in the parameters' bf16, 2 B per parameter, as batchfit's
