@@ -577,7 +577,19 @@ def tensor_peak_floor(model: ModelSpec, opts: MemoryOptions, cfg: ConfigArrays) 
     if token_rows is not None:
         layer_act = token_rows.spread(layer_act)
     layers = np.ceil(model.num_layers / cfg.pp)
-    return states + layer_act * layers * _inflight(cfg, opts.zero_bubble)
+    inflight = _inflight(cfg, opts.zero_bubble)
+    floor = states + layer_act * layers * inflight
+    if opts.lora is not None:
+        # Under LoRA the bottom layer saves less than the others (the frozen embedding's
+        # output needs no grad): the first stage's only term below its layers' share.
+        sp = np.asarray(cfg.sequence_parallel, bool)
+        delta = np.choose(cfg.recompute, np.broadcast_arrays(*(
+            lora_first_layer_delta(model, r, opts.lora, opts.attention, mode).bytes(
+                cfg.micro_batch, cfg.seq_len, cfg.tp, cfg.cp, sp, model.hidden_size,
+                model.num_heads)
+            for mode in ('none', 'selective', 'full'))))
+        floor = floor + np.minimum(delta, 0.0) * inflight
+    return floor
 
 
 def _stage_phases(model: ModelSpec, r: PrecisionRecipe, opt: OptimizerKind,
